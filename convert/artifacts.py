@@ -1,0 +1,144 @@
+"""The artifact contract: ``<out>/<stem>/`` holds model.onnx, model.py, model.safetensors,
+convert.json (inputs, outputs, verification, status) and ir.json (the graph, for ``zoo verify``).
+
+Everything is written into a temporary sibling directory, verified there, then renamed into place,
+so a failed run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import __version__
+from .errors import BadModel, ConvertError
+from .ir import Graph, Shape
+from .onnx_emit import check_onnx, write_onnx
+from .torch_emit import model_source
+from .verify import verify
+
+ST_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int64": "I64"}
+
+
+def write_safetensors(weights: dict[str, np.ndarray], path: Path, meta: dict[str, str] | None = None) -> None:
+    """safetensors, streamed from the arrays (the format: u64 header size, JSON header, data)."""
+    header: dict[str, Any] = {"__metadata__": meta or {}}
+    offset = 0
+    arrays = {k: np.ascontiguousarray(v) for k, v in weights.items()}
+    for k, a in arrays.items():
+        header[k] = {"dtype": ST_DTYPES[a.dtype.name], "shape": list(a.shape),
+                     "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for a in arrays.values():
+            f.write(memoryview(a.astype(a.dtype.newbyteorder("<"), copy=False)).cast("B"))
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(path))
+
+
+@dataclass
+class Converted:
+    dir: Path
+    report: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.report["status"] == "verified"
+
+
+def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
+          opencv_factory: Callable[[Path], Any] | None = None, known_opencv: list[str] | None = None,
+          check: bool = True, title: str = "") -> Converted:
+    """Write, verify and move into place the artifacts of ``g`` at ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        started = time.perf_counter()
+        (tmp / "model.py").write_text(model_source(g, title or f"{g.meta.get('name', dest.name)}"))
+        write_safetensors(g.weights, tmp / "model.safetensors", {"format": "pt"})
+        write_onnx(g, tmp / "model.onnx", g.meta.get("name", "zoo"))
+        check_onnx(tmp / "model.onnx")
+        (tmp / "ir.json").write_text(json.dumps(g.to_json(), indent=1))
+        if extra:
+            extra(tmp)
+        write_seconds = time.perf_counter() - started
+        report = verify(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
+            if check else {"status": "unverified"}
+        info = summary(g, report, write_seconds)
+        (tmp / "convert.json").write_text(json.dumps(info, indent=2) + "\n")
+        _replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Converted(dest, info)
+
+
+def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str, Any]:
+    batch = next(iter(g.inputs.values()))[0]
+    return {
+        "zoo_version": __version__,
+        "name": g.meta.get("name"),
+        "framework": g.meta.get("framework"),
+        "source": g.meta.get("source"),
+        "weights": g.meta.get("weights") or "random (seeded)",
+        "seed": g.meta.get("seed"),
+        "inputs": {k: list(v) for k, v in g.inputs.items()},
+        "outputs": list(g.outputs),
+        "dynamic_batch": g.dynamic_batch(),
+        "params": g.param_count(),
+        "macs_per_image": g.macs() // max(batch, 1),
+        "layers": len(g.nodes),
+        "status": report["status"],
+        "verification": report,
+        "write_seconds": round(seconds, 3),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        os.rename(dest, old)
+    os.rename(tmp, dest)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_graph(art: Path) -> Graph:
+    """The IR graph of an artifact directory (ir.json + model.safetensors)."""
+    try:
+        d = json.loads((art / "ir.json").read_text())
+        weights = read_safetensors(art / "model.safetensors")
+    except (OSError, ValueError) as e:
+        raise BadModel(str(art), "", f"not a zoo artifact directory ({e})") from None
+    return Graph.from_json(d, weights)
+
+
+def parse_shape(text: str) -> tuple[str, Shape]:
+    """``NAME=N,C,H,W`` -> (name, shape)."""
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or any(d <= 0 for d in shape):
+        raise ConvertError(f"--input-shape {text!r}: expected NAME=N,C,H,W with positive sizes")
+    return name, shape

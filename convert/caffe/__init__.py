@@ -1,0 +1,1 @@
+"""The Caffe frontend: caffe.proto schema, prototxt and caffemodel readers, layer mapping."""

@@ -1,0 +1,268 @@
+"""Caffe prototxt (+ caffemodel) -> IR graph.
+
+``load`` reads the net, upgrades it to V2 layers, settles the inputs, checks that every layer type
+has a conversion (naming all that do not), then walks the layers in order calling one small
+function per type (``layers.py``). Blob names become SSA values: the last write of a Caffe blob
+keeps its name, earlier in-place versions are called ``blob@k``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BadModel, ConvertError, ShapeError, Unsupported
+from ..ir import Graph, Node, Op, Shape
+from . import binary, text, upgrade
+from .upgrade import Layer
+
+log = logging.getLogger(__name__)
+
+DROPPED = {"SoftmaxWithLoss", "EuclideanLoss", "Accuracy", "SigmoidCrossEntropyLoss", "HingeLoss",
+           "InfogainLoss", "MultinomialLogisticLoss", "ContrastiveLoss", "Silence", "HDF5Output"}
+DATA = {"Input", "Data", "ImageData", "MemoryData", "DummyData", "HDF5Data", "WindowData",
+        "AnnotatedData", "Python"}
+
+
+@dataclass
+class CaffeModel:
+    graph: Graph
+    layers: list[tuple[str, str, list[np.ndarray]]]  # Caffe-layout blobs, for writing a caffemodel
+    random_weights: bool
+    net_name: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+class Builder:
+    """What a layer function sees: its inputs, its output names, its blobs, and ``node``."""
+
+    def __init__(self, path: str, weights: binary.Weights | None, seed: int, writes: dict[str, int]):
+        self.path, self.weights = path, weights
+        self.rng = np.random.default_rng(seed)
+        self.g = Graph()
+        self.cur: dict[str, str] = {}  # Caffe blob -> current value
+        self.writes, self.done = writes, {k: 0 for k in writes}
+        self.caffe_blobs: list[tuple[str, str, list[np.ndarray]]] = []
+        self.shared: dict[tuple[str, ...], tuple[str, Op]] = {}
+        self.L: Layer | None = None
+        self._tmp = 0
+
+    # -- values --
+    def x(self, i: int = 0) -> str:
+        return self.cur[self.L.bottoms[i]]  # type: ignore[union-attr]
+
+    def shape(self, i: int = 0) -> Shape:
+        return self.g.shapes[self.x(i)]
+
+    def out(self, i: int = 0) -> str:
+        """The value name for top ``i`` (call once per top and layer)."""
+        blob = self.L.tops[i]  # type: ignore[union-attr]
+        self.done[blob] += 1
+        k = self.done[blob]
+        name = blob if k == self.writes[blob] and blob not in self.g.inputs else f"{blob}@{k}"
+        self.cur[blob] = name
+        return name
+
+    def alias(self, i: int, value: str) -> None:
+        self.cur[self.L.tops[i]] = value  # type: ignore[union-attr]
+
+    def tmp(self, hint: str) -> str:
+        self._tmp += 1
+        return f"{self.L.name}#{hint}{self._tmp}"  # type: ignore[union-attr]
+
+    def fail(self, reason: str) -> BadModel:
+        return BadModel(self.path, self.L.where(), reason)  # type: ignore[union-attr]
+
+    # -- nodes --
+    def node(self, op: Op, inputs: list[str] | None = None, outputs: list[str] | None = None,
+             weights: dict[str, np.ndarray] | None = None) -> Node:
+        L = self.L
+        assert L is not None
+        inputs = inputs if inputs is not None else [self.x(i) for i in range(len(L.bottoms))]
+        outputs = outputs if outputs is not None else [self.out(i) for i in range(len(L.tops))]
+        share = ""
+        key = tuple(L.param_names)
+        if weights and key and all(key):
+            if key in self.shared and self.shared[key][1] == op:
+                share = self.shared[key][0]
+            elif key in self.shared:
+                log.warning("%s: %s shares weights with a different layer configuration; "
+                            "the weights are copied", self.path, L.where())
+        try:
+            node = self.g.add(op, inputs, outputs, L.name, weights, share=share)
+        except ShapeError as e:
+            raise self.fail(str(e)) from None
+        if weights and key and all(key) and key not in self.shared:
+            self.shared[key] = (node.attr, op)
+        return node
+
+    # -- blobs --
+    def blobs(self, specs: list[tuple[str, Shape, float]]) -> list[np.ndarray]:
+        """The layer's blobs: loaded (checked against ``specs``) or seeded random.
+
+        specs: (kind, shape, fan_in); kinds: weight, bias, mean, var, factor, gamma, beta,
+        slope, scale.
+        """
+        L = self.L
+        assert L is not None
+        if self.weights is None:
+            arrays = [self._random(kind, shape, fan) for kind, shape, fan in specs]
+        else:
+            found = self.weights.blobs.get(L.name)
+            if found is None:
+                raise self.fail(f"no weights for this layer in {self.weights.path.name}")
+            if len(found) != len(specs):
+                raise self.fail(f"expects {len(specs)} blobs, {self.weights.path.name} has "
+                                f"{len(found)}")
+            arrays = [self._fit(i, a, tuple(s)) for i, (a, (_, s, _)) in enumerate(zip(found, specs))]
+        self.caffe_blobs.append((L.name, L.type, arrays))
+        return arrays
+
+    def _fit(self, i: int, a: np.ndarray, shape: Shape) -> np.ndarray:
+        if a.shape == shape:
+            return a
+        strip = lambda s: tuple(s[next((j for j, d in enumerate(s) if d != 1), len(s)):])  # noqa: E731
+        if a.size == int(np.prod(shape)) and strip(a.shape) == strip(shape):
+            return a.reshape(shape)  # legacy 4-D blob shapes, e.g. (1, 1, N, K)
+        raise self.fail(f"blob {i} has shape {list(a.shape)} but the layer expects {list(shape)}")
+
+    def _random(self, kind: str, shape: Shape, fan: float) -> np.ndarray:
+        r = self.rng
+        if kind == "weight":  # variance preserving (He) so deep nets keep unit-scale activations
+            return (r.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(fan, 1))))
+        if kind in ("bias", "beta", "mean"):
+            return r.uniform(-0.1, 0.1, shape).astype(np.float32)
+        if kind in ("var", "gamma"):
+            return r.uniform(0.5, 1.5, shape).astype(np.float32)
+        if kind == "factor":
+            return np.full(shape, 999.982, np.float32)
+        if kind == "slope":
+            return r.uniform(0.05, 0.3, shape).astype(np.float32)
+        if kind == "scale":
+            return r.uniform(1.0, 20.0, shape).astype(np.float32)
+        raise ValueError(kind)
+
+
+def _input_decls(net: Any, layers: list[Layer], path: str) -> dict[str, Shape | None]:
+    """Declared inputs and their shapes (None: unknown, needs --input-shape)."""
+    decl: dict[str, Shape | None] = {}
+    for i, name in enumerate(net.input):
+        if i < len(net.input_shape):
+            decl[name] = tuple(int(d) for d in net.input_shape[i].dim)
+        elif len(net.input_dim) >= 4 * (i + 1):
+            decl[name] = tuple(int(d) for d in net.input_dim[4 * i:4 * i + 4])
+        else:
+            decl[name] = None
+    for L in layers:
+        if L.type in DATA:
+            for t, s in zip(L.tops, _data_shapes(L)):
+                decl[t] = s
+    return decl
+
+
+def _data_shapes(L: Layer) -> list[Shape | None]:
+    p = L.p
+    if L.type == "Input":
+        shapes = [tuple(int(d) for d in s.dim) for s in p.input_param.shape]
+        return shapes * len(L.tops) if len(shapes) == 1 else shapes + [None] * len(L.tops)
+    if L.type == "DummyData":
+        d = p.dummy_data_param
+        if d.shape:
+            return [tuple(int(x) for x in s.dim) for s in d.shape]
+        return [tuple(int(v) for v in t) for t in zip(d.num, d.channels, d.height, d.width)]
+    if L.type == "MemoryData":
+        m = p.memory_data_param
+        return [(m.batch_size, m.channels, m.height, m.width), (m.batch_size, 1, 1, 1)]
+    if L.type == "ImageData":
+        d, crop = p.image_data_param, p.transform_param.crop_size
+        h, w = (crop, crop) if crop else (d.new_height, d.new_width)
+        if h and w:
+            return [(d.batch_size, 3 if d.is_color else 1, h, w), (d.batch_size, 1, 1, 1)]
+    return [None] * len(L.tops)
+
+
+def load(prototxt: Path, weights: Path | None = None,
+         input_shapes: dict[str, Shape] | None = None, seed: int = 0) -> CaffeModel:
+    path = str(prototxt)
+    net = text.read(prototxt)
+    layers = upgrade.layers(net, path)
+    if not layers:
+        raise BadModel(path, "", "no layers: is this a Caffe prototxt?")
+    dropped = [L for L in layers if L.type in DROPPED]
+    if dropped:
+        log.warning("%s: training-only layers left out: %s", path,
+                    ", ".join(f"{L.name} ({L.type})" for L in dropped))
+    layers = [L for L in layers if L.type not in DROPPED]
+    from .layers import LAYERS
+
+    unknown = [(L.type, L.name) for L in layers if L.type not in LAYERS and L.type not in DATA]
+    if unknown:
+        raise Unsupported(path, "caffe", unknown)
+    w = binary.read(weights) if weights else None
+    decl = _input_decls(net, layers, path)
+    consumed = {b for L in layers for b in L.bottoms}
+    b = Builder(path, w, seed, _writes(layers))
+    _add_inputs(b, decl, consumed, input_shapes or {}, path)
+    for L in layers:
+        if L.type in DATA:
+            continue
+        b.L = L
+        missing = [x for x in L.bottoms if x not in b.cur]
+        if missing:
+            raise BadModel(path, L.where(), f"input blob {missing[0]!r} is not produced by any "
+                                            f"earlier layer or input")
+        LAYERS[L.type](b, L)
+    b.g.outputs = _outputs(layers, b)
+    if not b.g.outputs:
+        raise BadModel(path, "", "the net has no outputs")
+    b.g.meta.update(framework="caffe", source=str(Path(prototxt).resolve()),
+                    weights=str(Path(weights).resolve()) if weights else None, seed=seed,
+                    name=net.name or Path(prototxt).stem)
+    return CaffeModel(b.g, b.caffe_blobs, weights is None, net.name)
+
+
+def _writes(layers: list[Layer]) -> dict[str, int]:
+    writes: dict[str, int] = {}
+    for L in layers:
+        if L.type not in DATA:
+            for t in L.tops:
+                writes[t] = writes.get(t, 0) + 1
+    return writes
+
+
+def _add_inputs(b: Builder, decl: dict[str, Shape | None], consumed: set[str],
+                given: dict[str, Shape], path: str) -> None:
+    extra = [k for k in given if k not in decl]
+    if extra:
+        raise ConvertError(f"{path}: --input-shape names {extra[0]!r}, but the inputs are "
+                           f"{', '.join(decl) or 'none'}")
+    for name, shape in decl.items():
+        if name not in consumed:
+            continue
+        shape = given.get(name, shape)
+        if shape is None:
+            raise BadModel(path, f"input {name!r}", "shape unknown (a data layer or an input "
+                           f"without dimensions); give it with --input-shape {name}=N,C,H,W")
+        if not shape or any(int(d) <= 0 for d in shape):
+            raise BadModel(path, f"input {name!r}", f"invalid shape {list(shape)}")
+        b.g.add_input(name, shape)
+        b.cur[name] = name
+    if not b.g.inputs:
+        raise BadModel(path, "", "the net declares no input (input/input_dim, input_shape or an "
+                                 "Input layer)")
+
+
+def _outputs(layers: list[Layer], b: Builder) -> list[str]:
+    """Caffe's rule: blobs produced and not consumed afterwards are the net's outputs."""
+    available: dict[str, None] = {}
+    for L in layers:
+        for x in L.bottoms:
+            available.pop(x, None)
+        if L.type not in DATA:
+            for t in L.tops:
+                available[t] = None
+    return [b.cur[t] for t in available if b.cur.get(t) not in b.g.inputs]

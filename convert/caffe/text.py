@@ -1,0 +1,221 @@
+"""Our own reader for Caffe's text format (prototxt), typed by caffe.proto.
+
+Written rather than borrowed from protobuf's text_format so that (1) errors say FILE:LINE:COL,
+(2) the liberties real files take load: single-quoted strings, ``;`` or ``,`` after values,
+``1.`` floats, and (3) fields of Caffe forks unknown to BVLC produce a warning naming the line
+instead of a failure (or get their fork meaning where it is unambiguous).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadModel
+from .schema import SCHEMA, Field, Msg
+
+log = logging.getLogger(__name__)
+
+_TOKEN = re.compile(r"""
+    (?P<space>[ \t\r\f\v]+) | (?P<newline>\n) | (?P<comment>\#[^\n]*)
+  | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
+  | (?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fF]?|[-+]?(?:inf|nan)\b)
+  | (?P<ident>[A-Za-z_][\w.]*)
+  | (?P<symbol>[{}<>\[\]:,;])
+""", re.VERBOSE)
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}
+
+# Fork fields whose meaning is unambiguous: (message, field) -> handler(msg, value).
+def _ceil_mode(msg: Msg, value: Any) -> None:
+    msg.set("round_mode", "CEIL" if value else "FLOOR")
+
+
+FORK_FIELDS = {("PoolingParameter", "ceil_mode"): ("bool", _ceil_mode)}
+
+
+class Tok:
+    __slots__ = ("kind", "text", "line", "col")
+
+    def __init__(self, kind: str, text: str, line: int, col: int) -> None:
+        self.kind, self.text, self.line, self.col = kind, text, line, col
+
+
+def tokenize(text: str, path: str) -> list[Tok]:
+    out, pos, line, start = [], 0, 1, 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m:
+            raise BadModel(path, f"{line}:{pos - start + 1}", f"unexpected character {text[pos]!r}")
+        kind = m.lastgroup or ""
+        if kind == "newline":
+            line, start = line + 1, m.end()
+        elif kind not in ("space", "comment"):
+            out.append(Tok(kind, m.group(), line, pos - start + 1))
+        pos = m.end()
+    out.append(Tok("eof", "", line, pos - start + 1))
+    return out
+
+
+class Parser:
+    def __init__(self, text: str, path: str) -> None:
+        self.path, self.toks, self.i = path, tokenize(text, path), 0
+
+    def fail(self, tok: Tok, what: str) -> BadModel:
+        return BadModel(self.path, f"{tok.line}:{tok.col}", what)
+
+    def next(self) -> Tok:
+        t = self.toks[self.i]
+        self.i += 1
+        return t
+
+    def peek(self) -> Tok:
+        return self.toks[self.i]
+
+    def message(self, type_name: str, close: str | None, pos: tuple[int, int] | None) -> Msg:
+        msg = Msg(type_name, pos=pos)
+        mt = SCHEMA.messages[type_name]
+        while True:
+            t = self.next()
+            if t.kind == "eof" and close is None:
+                return msg
+            if t.kind == "symbol" and t.text == close:
+                return msg
+            if t.kind == "symbol" and t.text in ",;":
+                continue
+            if t.kind != "ident":
+                want = f"a field name or '{close}'" if close else "a field name"
+                raise self.fail(t, f"expected {want}, found {t.text or 'end of file'!r}")
+            f = mt.fields.get(t.text)
+            if f is None:
+                self.unknown(msg, t)
+                continue
+            self.field(msg, f, t)
+
+    def field(self, msg: Msg, f: Field, name: Tok) -> None:
+        colon = self.peek().kind == "symbol" and self.peek().text == ":"
+        if colon:
+            self.next()
+        t = self.peek()
+        if f.is_message:
+            if t.kind != "symbol" or t.text not in "{<":
+                raise self.fail(t, f"field '{f.name}' needs a {{ ... }} block")
+            self.next()
+            value: Any = self.message(f.type, "}" if t.text == "{" else ">", (t.line, t.col))
+        elif t.kind == "symbol" and t.text == "[" and f.repeated:
+            self.next()
+            while not (self.peek().kind == "symbol" and self.peek().text == "]"):
+                self.add(msg, f, self.scalar(f, self.next()))
+                if self.peek().kind == "symbol" and self.peek().text == ",":
+                    self.next()
+            self.next()
+            return
+        else:
+            if not colon:
+                raise self.fail(t, f"expected ':' after '{f.name}'")
+            value = self.scalar(f, self.next())
+        self.add(msg, f, value, name)
+
+    def add(self, msg: Msg, f: Field, value: Any, name: Tok | None = None) -> None:
+        if f.repeated:
+            if not msg.has(f.name):
+                msg.set(f.name, [])
+            getattr(msg, f.name).append(value)
+        else:
+            if msg.has(f.name) and name is not None:
+                log.warning("%s:%d:%d: '%s' given twice; the last value is used",
+                            self.path, name.line, name.col, f.name)
+            msg.set(f.name, value)
+
+    def scalar(self, f: Field, t: Tok) -> Any:
+        try:
+            return convert_scalar(f.type, t)
+        except ValueError as e:
+            raise self.fail(t, f"bad value {t.text!r} for '{f.name}' ({e})") from None
+
+    def unknown(self, msg: Msg, name: Tok) -> None:
+        """A field caffe.proto does not know: apply its fork meaning, or skip it with a warning."""
+        fork = FORK_FIELDS.get((msg.type_name, name.text))
+        if self.peek().kind == "symbol" and self.peek().text == ":":
+            self.next()
+        t = self.peek()
+        if t.kind == "symbol" and t.text in "{<":
+            self.next()
+            self.skip_block("}" if t.text == "{" else ">")
+            value = None
+        else:
+            value = self.next()
+            if value.kind not in ("number", "ident", "string"):
+                raise self.fail(value, f"expected a value for '{name.text}'")
+        if fork and value is not None:
+            try:
+                fork[1](msg, convert_scalar(fork[0], value))
+                log.info("%s:%d:%d: fork field '%s' read with its fork meaning", self.path,
+                         name.line, name.col, name.text)
+                return
+            except ValueError:
+                pass
+        log.warning("%s:%d:%d: field '%s' is not in BVLC Caffe's %s (fork-specific?); ignored",
+                    self.path, name.line, name.col, name.text, msg.type_name)
+
+    def skip_block(self, close: str) -> None:
+        depth = 1
+        while depth:
+            t = self.next()
+            if t.kind == "eof":
+                raise self.fail(t, f"unclosed block: expected '{close}'")
+            if t.kind == "symbol" and t.text in "{<":
+                depth += 1
+            elif t.kind == "symbol" and t.text in "}>":
+                depth -= 1
+
+
+def convert_scalar(typ: str, t: Tok) -> Any:
+    if typ in ("string", "bytes"):
+        if t.kind != "string":
+            raise ValueError("expected a quoted string")
+        return _unquote(t.text)
+    if typ == "bool":
+        if t.text in ("true", "True", "t", "1"):
+            return True
+        if t.text in ("false", "False", "f", "0"):
+            return False
+        raise ValueError("expected true or false")
+    if typ in ("float", "double"):
+        if t.kind not in ("number", "ident"):
+            raise ValueError("expected a number")
+        return float(t.text.rstrip("fF")) if t.text.lower() not in ("inf", "-inf", "nan") \
+            else float(t.text)
+    if typ in SCHEMA.enums:
+        values = SCHEMA.enums[typ]
+        if t.kind == "ident" and t.text in values:
+            return t.text
+        if t.kind == "number" and t.text.lstrip("-").isdigit():
+            return SCHEMA.enum_name(typ, int(t.text))
+        raise ValueError(f"expected one of {', '.join(values)}")
+    if t.kind != "number" or not re.fullmatch(r"[-+]?\d+", t.text):
+        raise ValueError("expected an integer")
+    v = int(t.text)
+    if typ.startswith("uint") and v < 0:
+        raise ValueError("expected a non-negative integer")
+    return v
+
+
+def _unquote(s: str) -> str:
+    body = s[1:-1]
+    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), body)
+
+
+def parse(text: str, path: str | Path, type_name: str = "NetParameter") -> Msg:
+    """Parse prototxt text into a ``Msg`` of ``type_name``; raises BadModel with FILE:LINE:COL."""
+    return Parser(text, str(path)).message(type_name, None, (1, 1))
+
+
+def read(path: Path) -> Msg:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise BadModel(str(path), "", f"cannot read: {e.strerror}") from None
+    return parse(text, path)

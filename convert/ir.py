@@ -1,0 +1,221 @@
+"""The one intermediate representation: a static-shape dataflow graph of ops with named weights.
+
+Frontends (Caffe, Torch7) build a ``Graph`` with ``Graph.add``; emitters (PyTorch, ONNX) and the
+float64 reference interpreter walk ``graph.nodes`` in order and ask each op for its part. An op
+knows its own formula; the walkers know nothing about any op.
+
+Naming: values (tensors flowing between nodes) keep the source framework's names where they are
+unique, weights are named ``<attr>.<role>`` where ``attr`` is the node's module attribute in the
+generated PyTorch code. The same weight names are the safetensors keys, the PyTorch state_dict
+keys and the ONNX initializer names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .errors import ShapeError
+
+Shape = tuple[int, ...]
+
+
+class Op:
+    """Base of every IR op (each a frozen dataclass in ``convert/ops``).
+
+    Subclasses set ``kind`` (registry key) and ``roles`` (weight roles, e.g. ("weight", "bias")),
+    and implement ``infer``, ``reference``, ``torch`` and ``onnx``.
+    """
+
+    kind: ClassVar[str] = ""
+    registry: ClassVar[dict[str, type[Op]]] = {}
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("kind"):
+            Op.registry[cls.kind] = cls
+
+    def roles(self) -> tuple[str, ...]:
+        """Names of the weights this op reads, in order."""
+        return ()
+
+    def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
+        raise NotImplementedError
+
+    def reference(self, xs: list[np.ndarray], w: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def macs(self, shapes: list[Shape], outs: list[Shape], w: dict[str, Shape]) -> int:
+        """Multiply-adds per forward pass (counted for convolutions and fully connected layers)."""
+        return 0
+
+    def batch_free(self, shapes: list[Shape]) -> bool:
+        """True when the op treats axis 0 as an independent batch (so any batch size works)."""
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        return {"kind": self.kind, **d}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Op:
+        d = dict(d)
+        cls = Op.registry[d.pop("kind")]
+        kwargs = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name in d:
+                v = d[f.name]
+                kwargs[f.name] = tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+        return cls(**kwargs)
+
+
+def _tuplify(v: Any) -> Any:
+    return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    op: Op
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    name: str  # the source layer / module this node came from
+    attr: str = ""  # PyTorch attribute owning the weights ("" when the op has none)
+
+    def weight_names(self) -> dict[str, str]:
+        return {r: f"{self.attr}.{r}" for r in self.op.roles()}
+
+
+@dataclass
+class Graph:
+    inputs: dict[str, Shape] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    shapes: dict[str, Shape] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # name, source, framework, ...
+
+    def add_input(self, name: str, shape: Shape) -> str:
+        self.inputs[name] = tuple(int(d) for d in shape)
+        self.shapes[name] = self.inputs[name]
+        return name
+
+    def add(
+        self,
+        op: Op,
+        inputs: list[str] | tuple[str, ...],
+        outputs: list[str] | tuple[str, ...],
+        name: str,
+        weights: dict[str, np.ndarray] | None = None,
+        share: str = "",
+    ) -> Node:
+        """Append a node, inferring its output shapes; ``share`` reuses another node's attr."""
+        attr = ""
+        if op.roles():
+            attr = share or self._fresh_attr(name)
+            if not share:
+                missing = [r for r in op.roles() if r not in (weights or {})]
+                if missing:
+                    raise ValueError(f"op {op.kind} of {name!r} lacks weights {missing}")
+                for r in op.roles():
+                    self.weights[f"{attr}.{r}"] = weights[r]  # type: ignore[index]
+        node = Node(op, tuple(inputs), tuple(outputs), name, attr)
+        w = {r: self.weights[n].shape for r, n in node.weight_names().items()}
+        outs = op.infer([self.shapes[i] for i in node.inputs], w)
+        if len(outs) != len(node.outputs):
+            raise ShapeError(f"{op.kind} gives {len(outs)} outputs, layer names {len(node.outputs)}")
+        for o, s in zip(node.outputs, outs):
+            if any(d <= 0 for d in s):
+                raise ShapeError(f"output {o!r} would have shape {list(s)}")
+            self.shapes[o] = tuple(int(d) for d in s)
+        self.nodes.append(node)
+        return node
+
+    def _fresh_attr(self, name: str) -> str:
+        base = py_name(name)
+        taken = {n.attr for n in self.nodes}
+        attr, k = base, 1
+        while attr in taken:
+            k += 1
+            attr = f"{base}_{k}"
+        return attr
+
+    def node_weights(self, node: Node) -> dict[str, np.ndarray]:
+        return {r: self.weights[n] for r, n in node.weight_names().items()}
+
+    def dynamic_batch(self) -> bool:
+        """Whether the graph computes each sample independently (any batch size works)."""
+        return all(n.op.batch_free([self.shapes[i] for i in n.inputs]) for n in self.nodes)
+
+    def node_macs(self, node: Node) -> int:
+        w = {r: self.weights[n].shape for r, n in node.weight_names().items()}
+        return node.op.macs([self.shapes[i] for i in node.inputs],
+                            [self.shapes[o] for o in node.outputs], w)
+
+    def macs(self) -> int:
+        return sum(self.node_macs(n) for n in self.nodes)
+
+    def param_count(self) -> int:
+        return int(sum(w.size for w in self.weights.values() if w.dtype.kind == "f"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": {k: list(v) for k, v in self.inputs.items()},
+            "outputs": list(self.outputs),
+            "nodes": [
+                {"op": n.op.to_json(), "inputs": list(n.inputs), "outputs": list(n.outputs),
+                 "name": n.name, "attr": n.attr}
+                for n in self.nodes
+            ],
+            "shapes": {k: list(v) for k, v in self.shapes.items()},
+            "meta": self.meta,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any], weights: dict[str, np.ndarray]) -> Graph:
+        g = Graph(meta=dict(d.get("meta", {})), weights=dict(weights))
+        g.inputs = {k: tuple(v) for k, v in d["inputs"].items()}
+        g.outputs = list(d["outputs"])
+        g.shapes = {k: tuple(v) for k, v in d["shapes"].items()}
+        for n in d["nodes"]:
+            g.nodes.append(Node(Op.from_json(n["op"]), tuple(n["inputs"]), tuple(n["outputs"]),
+                                n["name"], n["attr"]))
+        return g
+
+
+def py_name(name: str) -> str:
+    """A readable Python identifier for a layer or blob name."""
+    s = re.sub(r"\W+", "_", name).strip("_") or "x"
+    if s[0].isdigit():
+        s = "l" + s
+    if keyword.iskeyword(s) or s in RESERVED:
+        s += "_"
+    return s
+
+
+RESERVED = {"self", "torch", "nn", "F", "math", "Path", "x", "load", "Net", "super"}
+
+
+def check(g: Graph) -> list[str]:
+    """Structural problems of a graph (empty when sound): SSA values, defined before use, weights."""
+    problems = []
+    defined = set(g.inputs)
+    for n in g.nodes:
+        for i in n.inputs:
+            if i not in defined:
+                problems.append(f"node {n.name!r} reads {i!r} before it is defined")
+        for o in n.outputs:
+            if o in defined:
+                problems.append(f"value {o!r} is defined twice")
+            defined.add(o)
+        for wn in n.weight_names().values():
+            if wn not in g.weights:
+                problems.append(f"node {n.name!r} lacks weight {wn!r}")
+    for o in g.outputs:
+        if o not in defined:
+            problems.append(f"output {o!r} is never computed")
+    return problems

@@ -1,0 +1,149 @@
+"""ONNX emitter: walks the IR and asks each op for its nodes; writes weights without copying them.
+
+The model is written as a protobuf skeleton (graph, no initializer data) followed by one
+``graph { initializer { ... } }`` fragment per weight, streamed from the NumPy buffer; protobuf
+merges repeated occurrences of a message field, so the file is an ordinary ModelProto. Above
+``EXTERNAL_BYTES`` the raw bytes go to ``model.onnx.data`` instead (ONNX external data), because
+protobuf cannot parse messages over 2 GB.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .ir import Graph, Shape
+
+OPSET = 17
+EXTERNAL_BYTES = 1_800_000_000  # stay clear of protobuf's 2 GB message limit
+
+DTYPES = {np.dtype("float32"): TensorProto.FLOAT, np.dtype("int64"): TensorProto.INT64,
+          np.dtype("float16"): TensorProto.FLOAT16, np.dtype("float64"): TensorProto.DOUBLE}
+
+
+class OnnxBuilder:
+    """What an op's ``onnx`` method uses: add nodes, add constants, ask static shapes."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes: list[onnx.NodeProto] = []
+        self.consts: dict[str, np.ndarray] = {}
+        self._n = 0
+        self.layer = ""
+
+    def fresh(self, hint: str = "t") -> str:
+        self._n += 1
+        return f"{self.layer}/{hint}_{self._n}" if self.layer else f"{hint}_{self._n}"
+
+    def op(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
+           **attrs: Any) -> str:
+        """Append a node; returns its (first) output, created fresh unless given."""
+        outs = outputs or [self.fresh(op_type.lower())]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.fresh(op_type), **attrs))
+        return outs[0]
+
+    def const(self, value: Any, dtype: str = "float32", hint: str = "const") -> str:
+        name = self.fresh(hint)
+        self.consts[name] = np.asarray(value, dtype=dtype)
+        return name
+
+    def shape(self, value: str) -> Shape:
+        return self.graph.shapes[value]
+
+
+def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The ModelProto without weight data, and the weights (IR weights and op constants) to stream."""
+    b = OnnxBuilder(g)
+    for node in g.nodes:
+        b.layer = node.name
+        node.op.onnx(b, list(node.inputs), list(node.outputs), node.weight_names())
+    dyn = g.dynamic_batch()
+
+    def vi(value: str, shape: Shape, batch: int | None) -> onnx.ValueInfoProto:
+        dims: list[Any] = list(shape)
+        if dyn and batch is not None and dims and dims[0] == batch:
+            dims[0] = "N"
+        return helper.make_tensor_value_info(value, TensorProto.FLOAT, dims)
+
+    batch = next(iter(g.inputs.values()))[0] if g.inputs else None
+    graph = helper.make_graph(
+        b.nodes, name,
+        [vi(k, s, batch) for k, s in g.inputs.items()],
+        [vi(o, g.shapes[o], batch) for o in g.outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="zoo")
+    model.ir_version = 8  # opset 17 needs IR >= 8; keep it low for older runtimes
+    used = {i for n in b.nodes for i in n.input}
+    weights = {k: v for k, v in g.weights.items() if k in used}
+    weights.update(b.consts)
+    return model, weights
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _len_field(number: int, length: int) -> bytes:
+    return _varint((number << 3) | 2) + _varint(length)
+
+
+def _write_tensor(f: BinaryIO, name: str, arr: np.ndarray, ext: BinaryIO | None,
+                  ext_name: str) -> None:
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    t = TensorProto(name=name, dims=list(arr.shape), data_type=DTYPES[arr.dtype])
+    raw = memoryview(arr).cast("B") if arr.size else b""
+    if ext is not None:
+        offset = ext.tell()
+        ext.write(raw)
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", ext_name), ("offset", str(offset)), ("length", str(len(raw)))):
+            t.external_data.add(key=k, value=v)
+        head, tail = t.SerializeToString(), b""
+    else:
+        head, tail = t.SerializeToString(), _len_field(9, len(raw))  # raw_data = 9
+    tensor_len = len(head) + len(tail) + (0 if ext is not None else len(raw))
+    init = _len_field(5, tensor_len)  # GraphProto.initializer = 5
+    f.write(_len_field(7, len(init) + tensor_len))  # ModelProto.graph = 7
+    f.write(init + head + tail)
+    if ext is None and len(raw):
+        f.write(raw)
+
+
+def write_onnx(g: Graph, path: Path, name: str = "zoo") -> None:
+    """Write the graph as ``path`` (plus ``path.data`` when the weights pass EXTERNAL_BYTES)."""
+    model, weights = build_skeleton(g, name)
+    total = sum(w.nbytes for w in weights.values())
+    ext_path = Path(str(path) + ".data")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+        ext = open(ext_path, "wb") if total > EXTERNAL_BYTES else None
+        try:
+            for k, w in weights.items():
+                _write_tensor(f, k, w, ext, ext_path.name)
+        finally:
+            if ext is not None:
+                ext.close()
+    if total <= EXTERNAL_BYTES and ext_path.exists():
+        os.remove(ext_path)
+
+
+def check_onnx(path: Path) -> None:
+    """The full ONNX checker (with shape inference); raises onnx.checker.ValidationError."""
+    onnx.checker.check_model(str(path), full_check=True)

@@ -1,0 +1,187 @@
+"""Numerical verification: float64 reference vs PyTorch (model.py) vs ONNX Runtime (model.onnx) vs
+OpenCV on the original files; names the first layer where a backend diverges."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import reference
+from .ir import Graph
+from .torch_emit import import_model, variable_names
+
+log = logging.getLogger(__name__)
+
+# One tolerance table, keyed by precision: max |a - b| / max |ref|.
+TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 8e-2}
+
+
+def seeded_inputs(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+    ref = np.asarray(ref, dtype=np.float64)
+    out = np.asarray(out, dtype=np.float64).reshape(ref.shape)
+    scale = float(np.max(np.abs(ref))) or 1.0
+    diff = np.abs(ref - out)
+    finite = bool(np.all(np.isfinite(out)) or np.array_equal(np.isnan(ref), np.isnan(out)))
+    d = {"max_rel": float(np.nanmax(diff)) / scale if finite and diff.size else float("inf"),
+         "rel_l2": float(np.linalg.norm(np.nan_to_num(ref - out)) / (np.linalg.norm(ref) or 1.0))}
+    squeezed = ref.reshape(ref.shape[0], -1) if ref.ndim >= 2 else None
+    if squeezed is not None and ref.ndim >= 2 and int(np.prod(ref.shape[2:])) == 1 and ref.shape[1] > 1:
+        d["top1"] = float(np.mean(squeezed.argmax(1) == out.reshape(squeezed.shape).argmax(1)))
+    return d
+
+
+def compare(ref: dict[str, np.ndarray], outs: dict[str, np.ndarray], tol: float) -> dict[str, Any]:
+    per = {k: metrics(ref[k], outs[k]) for k in ref}
+    agg: dict[str, Any] = {"max_rel": max(m["max_rel"] for m in per.values()),
+                           "rel_l2": max(m["rel_l2"] for m in per.values())}
+    tops = [m["top1"] for m in per.values() if "top1" in m]
+    if tops:
+        agg["top1"] = min(tops)
+    agg["ok"] = bool(agg["max_rel"] <= tol)
+    if len(per) > 1:
+        agg["outputs"] = per
+    return agg
+
+
+# --- backends -------------------------------------------------------------------------------
+
+def run_torch(model_py: Path, feeds: dict[str, np.ndarray], g: Graph | None = None,
+              capture: bool = False) -> dict[str, np.ndarray]:
+    """Outputs of the generated model.py; with ``capture``, every IR value (from forward's locals)."""
+    import torch
+
+    mod = import_model(model_py)
+    net = mod.load()
+    args = [torch.from_numpy(feeds[k]) for k in mod.INPUTS]
+    captured: dict[str, Any] = {}
+
+    def profiler(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "return" and frame.f_code is type(net).forward.__code__:
+            captured.update(frame.f_locals)
+
+    old = sys.getprofile()
+    if capture:
+        sys.setprofile(profiler)
+    try:
+        with torch.no_grad():
+            res = net(*args)
+    finally:
+        sys.setprofile(old)
+    res = res if isinstance(res, tuple) else (res,)
+    out = {k: v.numpy() for k, v in zip(mod.OUTPUTS, res)}
+    if capture and g is not None:
+        names = variable_names(g)
+        out.update({v: captured[p].numpy() for v, p in names.items()
+                    if p in captured and hasattr(captured[p], "numpy")})
+    return out
+
+
+def run_onnx(path: Path, feeds: dict[str, np.ndarray], values: list[str] | None = None,
+             threads: int = 0) -> dict[str, np.ndarray]:
+    """Outputs of model.onnx in ONNX Runtime (CPU); ``values`` adds intermediate values."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    if values:
+        import onnx
+
+        model = onnx.load(str(path))
+        known = {o.name for o in model.graph.output}
+        for v in values:
+            if v not in known:
+                model.graph.output.add(name=v)
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        del model
+    else:
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    res = sess.run(names, feeds)
+    return dict(zip(names, res))
+
+
+# --- the check ------------------------------------------------------------------------------
+
+def verify(g: Graph, art: Path, opencv: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+           known_opencv: list[str] | None = None, seed: int = 0, precision: str = "fp32") -> dict[str, Any]:
+    """Compare every backend with the float64 reference on a seeded input; returns the report."""
+    tol = TOLERANCE[precision]
+    feeds = seeded_inputs(g.inputs, seed)
+    ref = reference.run(g, feeds)
+    report: dict[str, Any] = {"seed": seed, "precision": precision, "tolerance": tol,
+                              "reference": "float64 NumPy interpreter", "backends": {}}
+    backends: list[tuple[str, Callable[[], dict[str, np.ndarray]]]] = [
+        ("pytorch", lambda: run_torch(art / "model.py", feeds)),
+        ("onnxruntime", lambda: run_onnx(art / "model.onnx", feeds)),
+    ]
+    if opencv is not None:
+        backends.append(("opencv", lambda: opencv(feeds)))
+    for name, fn in backends:
+        report["backends"][name] = _check_backend(name, fn, ref, tol, known_opencv or [])
+        gc.collect()
+    failed = [k for k, v in report["backends"].items() if v.get("ok") is False]
+    report["status"] = "mismatch" if failed else "verified"
+    if failed:
+        report["first_divergence"] = locate(g, art, feeds, tol, [f for f in failed if f != "opencv"])
+    return report
+
+
+def _check_backend(name: str, fn: Callable[[], dict[str, np.ndarray]], ref: dict[str, np.ndarray],
+                   tol: float, known: list[str]) -> dict[str, Any]:
+    try:
+        outs = fn()
+    except Exception as e:  # a backend that cannot load the model is reported, not fatal
+        if name != "opencv":
+            raise
+        return {"status": "refused", "reason": _one_line(e)}
+    missing = [k for k in ref if k not in outs]
+    if missing:
+        return {"ok": False, "reason": f"outputs missing: {missing}"}
+    res = compare(ref, outs, tol)
+    if name == "opencv" and not res["ok"] and known:
+        res.update(ok=None, status="deviates (known)", reason="; ".join(known))
+    return res
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    msg = next((ln for ln in lines if "error:" in ln.lower()), lines[-1] if lines else type(e).__name__)
+    return msg[:300]
+
+
+def locate(g: Graph, art: Path, feeds: dict[str, np.ndarray], tol: float,
+           backends: list[str]) -> dict[str, Any] | None:
+    """The first node (in order) whose output differs from the reference beyond ``tol``."""
+    if not backends:
+        return None
+    ref = reference.run(g, feeds, keep=True)
+    values = [o for n in g.nodes for o in n.outputs]
+    got: dict[str, dict[str, np.ndarray]] = {}
+    if "pytorch" in backends:
+        got["pytorch"] = run_torch(art / "model.py", feeds, g, capture=True)
+    if "onnxruntime" in backends:
+        try:
+            got["onnxruntime"] = run_onnx(art / "model.onnx", feeds, values)
+        except Exception as e:  # e.g. a model over 2 GB cannot be re-serialized with extra outputs
+            log.warning("cannot expose intermediate values to ONNX Runtime: %s", e)
+    for node in g.nodes:
+        for o in node.outputs:
+            for b, vals in got.items():
+                if o in vals:
+                    m = metrics(ref[o], vals[o])
+                    if m["max_rel"] > tol:
+                        return {"backend": b, "layer": node.name, "op": node.op.kind, "value": o,
+                                "max_rel": m["max_rel"]}
+    return None
