@@ -83,6 +83,7 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
             if check else {"status": "unverified"}
         info = summary(g, report, write_seconds)
         (tmp / "convert.json").write_text(json.dumps(info, indent=2) + "\n")
+        tmp.chmod(0o755)
         _replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -33,6 +33,7 @@ class Op:
     """
 
     kind: ClassVar[str] = ""
+    stats: ClassVar[tuple[str, ...]] = ()  # roles that are statistics, not learned parameters
     registry: ClassVar[dict[str, type[Op]]] = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
@@ -160,7 +161,9 @@ class Graph:
         return sum(self.node_macs(n) for n in self.nodes)
 
     def param_count(self) -> int:
-        return int(sum(w.size for w in self.weights.values() if w.dtype.kind == "f"))
+        """Learned parameters (statistics such as batch-norm means are not counted)."""
+        stats = {f"{n.attr}.{r}" for n in self.nodes for r in n.op.stats}
+        return int(sum(w.size for k, w in self.weights.items() if k not in stats))
 
     def to_json(self) -> dict[str, Any]:
         return {

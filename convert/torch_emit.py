@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -52,7 +53,7 @@ def load(weights=None):
 def variable_names(g: Graph) -> dict[str, str]:
     """Python variable name of every value (inputs and node outputs), unique and readable."""
     names: dict[str, str] = {}
-    taken = {n.attr for n in g.nodes if n.attr}
+    taken: set[str] = set()  # module attributes live on self: no clash with locals
     for v in itertools.chain(g.inputs, (o for n in g.nodes for o in n.outputs)):
         base = py_name(v)
         name, k = base, 1
@@ -66,13 +67,10 @@ def variable_names(g: Graph) -> dict[str, str]:
 
 def model_source(g: Graph, title: str = "A converted network") -> str:
     var = variable_names(g)
-    init, body, used = [], [], []
+    init, body = [], []
     seen_attr: set[str] = set()
     for node in g.nodes:
         op = node.op
-        for h in getattr(op, "torch_helpers", ()):
-            if h not in used:
-                used.append(h)
         if node.attr and node.attr not in seen_attr:
             seen_attr.add(node.attr)
             w = {r: g.weights[n].shape for r, n in node.weight_names().items()}
@@ -84,7 +82,8 @@ def model_source(g: Graph, title: str = "A converted network") -> str:
     args = ", ".join(var[i] for i in g.inputs)
     ret = ", ".join(var[o] for o in g.outputs)
     parts = [HEADER.format(title=title, source=g.meta.get("source", "?"), args=args)]
-    parts += ["\n" + HELPERS[h] for h in used]
+    code = "\n".join(init + body)
+    parts += ["\n" + src for h, src in HELPERS.items() if re.search(rf"\b{h}\(", code)]
     parts.append("\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n")
     parts.append("\n".join(init) + ("\n" if init else "        pass\n"))
     parts.append(f"\n    def forward(self, {args}):\n" + "\n".join(body) + f"\n        return {ret}\n")

@@ -140,10 +140,10 @@ class Weights:
 
 
 def _blob_array(b: Msg, path: Path, layer: str) -> np.ndarray:
-    if b.has("shape"):
-        shape = tuple(int(d) for d in b.shape.dim)
-    else:  # legacy 4-D blobs
+    if any(b.has(k) for k in ("num", "channels", "height", "width")):  # legacy 4-D blobs
         shape = (b.num, b.channels, b.height, b.width)
+    else:  # an absent or empty shape is a 0-d blob holding one value
+        shape = tuple(int(d) for d in b.shape.dim)
     chunks = b.data if b.data else b.double_data
     data = _join(chunks)
     if data.size != int(np.prod(shape)):

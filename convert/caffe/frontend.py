@@ -182,6 +182,11 @@ def _data_shapes(L: Layer) -> list[Shape | None]:
         h, w = (crop, crop) if crop else (d.new_height, d.new_width)
         if h and w:
             return [(d.batch_size, 3 if d.is_color else 1, h, w), (d.batch_size, 1, 1, 1)]
+    if L.type == "Data" and p.transform_param.crop_size and p.data_param.batch_size:
+        crop, n = p.transform_param.crop_size, p.data_param.batch_size
+        log.warning("layer %r (Data): assuming %dx3x%dx%d images (the database is not read); "
+                    "override with --input-shape", L.name, n, crop, crop)
+        return [(n, 3, crop, crop), (n, 1, 1, 1)]
     return [None] * len(L.tops)
 
 

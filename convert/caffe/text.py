@@ -35,6 +35,9 @@ def _ceil_mode(msg: Msg, value: Any) -> None:
 
 FORK_FIELDS = {("PoolingParameter", "ceil_mode"): ("bool", _ceil_mode)}
 
+# Scalar fields that real files fill with a V2-style block: read the block as this message.
+BLOCK_AS = {("V1LayerParameter", "param"): ("ParamSpec", "name")}
+
 
 class Tok:
     __slots__ = ("kind", "text", "line", "col")
@@ -99,6 +102,14 @@ class Parser:
         if colon:
             self.next()
         t = self.peek()
+        block_as = BLOCK_AS.get((msg.type_name, f.name))
+        if block_as and t.kind == "symbol" and t.text in "{<":
+            self.next()
+            sub = self.message(block_as[0], "}" if t.text == "{" else ">", (t.line, t.col))
+            log.warning("%s:%d:%d: a %s block in a %s; read as the newer format", self.path,
+                        name.line, name.col, block_as[0], msg.type_name)
+            self.add(msg, f, getattr(sub, block_as[1]))
+            return
         if f.is_message:
             if t.kind != "symbol" or t.text not in "{<":
                 raise self.fail(t, f"field '{f.name}' needs a {{ ... }} block")
@@ -133,6 +144,10 @@ class Parser:
         try:
             return convert_scalar(f.type, t)
         except ValueError as e:
+            if f.name == "engine" and f.is_enum and t.kind == "ident":  # fork engines (INTEL, MKL2017)
+                log.warning("%s:%d:%d: engine %s is fork-specific; the default is used",
+                            self.path, t.line, t.col, t.text)
+                return f.default
             raise self.fail(t, f"bad value {t.text!r} for '{f.name}' ({e})") from None
 
     def unknown(self, msg: Msg, name: Tok) -> None:

@@ -18,6 +18,24 @@ def _windows(xp: np.ndarray, i: int, j: int, dil: tuple[int, int], stride: tuple
               wj:wj + stride[1] * (out[1] - 1) + 1:stride[1]]
 
 
+def _sq(v: tuple[int, int]) -> int | tuple[int, int]:
+    return v[0] if v[0] == v[1] else v
+
+
+def _args(op: Conv | Deconv, kernel: tuple[int, int]) -> str:
+    """Constructor arguments of nn.Conv2d / nn.ConvTranspose2d, defaults left out."""
+    args = [str(_sq(kernel))]
+    for name, v, default in (("stride", op.stride, (1, 1)), ("padding", op.pad, (0, 0)),
+                             ("dilation", op.dilation, (1, 1))):
+        if v != default:
+            args.append(f"{name}={_sq(v)}")
+    if op.group != 1:
+        args.append(f"groups={op.group}")
+    if not op.bias:
+        args.append("bias=False")
+    return ", ".join(args)
+
+
 @dataclass(frozen=True, slots=True)
 class Conv(Op):
     """y[n,o] = b[o] + sum_{c in group(o), i, j} w[o,c,i,j] * xpad[n,c, s*y + d*i, s*x + d*j]
@@ -75,8 +93,7 @@ class Conv(Op):
 
     def torch_module(self, w: dict[str, Shape]) -> str:
         o, cg, kh, kw = w["weight"]
-        return (f"nn.Conv2d({cg * self.group}, {o}, kernel_size={(kh, kw)}, stride={self.stride}, "
-                f"padding={self.pad}, dilation={self.dilation}, groups={self.group}, bias={self.bias})")
+        return f"nn.Conv2d({cg * self.group}, {o}, {_args(self, (kh, kw))})"
 
     def torch(self, args: list[str], mod: str, shapes: list[Shape]) -> str:
         return f"{mod}({args[0]})"
@@ -146,9 +163,8 @@ class Deconv(Op):
 
     def torch_module(self, w: dict[str, Shape]) -> str:
         c, og, kh, kw = w["weight"]
-        return (f"nn.ConvTranspose2d({c}, {og * self.group}, kernel_size={(kh, kw)}, "
-                f"stride={self.stride}, padding={self.pad}, output_padding={self.output_pad}, "
-                f"groups={self.group}, bias={self.bias}, dilation={self.dilation})")
+        extra = f", output_padding={_sq(self.output_pad)}" if any(self.output_pad) else ""
+        return f"nn.ConvTranspose2d({c}, {og * self.group}, {_args(self, (kh, kw))}{extra})"
 
     def torch(self, args: list[str], mod: str, shapes: list[Shape]) -> str:
         return f"{mod}({args[0]})"

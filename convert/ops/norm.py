@@ -53,7 +53,6 @@ class LRN(Op):
         s = sum(sq[:, :, i:i + h, j:j + wd] for i in range(self.size) for j in range(self.size))
         return [x * (1 + self.alpha / self.size**2 * s) ** -self.beta]
 
-    torch_helpers = ("lrn",)
 
     def torch(self, args, mod, shapes):  # type: ignore[no-untyped-def]
         a = f"{fmt(self.alpha)}, {fmt(self.beta)}"
@@ -103,6 +102,7 @@ class BatchNorm(Op):
     (biased) variance come from the batch itself (Caffe use_global_stats: false, Torch7 training)."""
 
     kind = "batchnorm"
+    stats = ("mean", "var")
     eps: float = 1e-5
     batch_stats: bool = False
 
@@ -125,7 +125,6 @@ class BatchNorm(Op):
             var = w["var"].astype(np.float64).reshape(view)
         return [(x - mean) / np.sqrt(var + self.eps)]
 
-    torch_helpers = ("BatchNorm",)
 
     def torch_module(self, w: dict[str, Shape]) -> str:
         return f"BatchNorm({w['mean'][0]}, eps={fmt(self.eps)}, batch_stats={self.batch_stats})"
@@ -196,7 +195,6 @@ class Affine(Op):
             x = x * p if r == "weight" else x + p
         return [x]
 
-    torch_helpers = ("Affine",)
 
     def torch_module(self, w: dict[str, Shape]) -> str:
         shape = tuple(next(iter(w.values())))
@@ -308,7 +306,6 @@ class LpNormalize(Op):
             y = y * (s.reshape((1, -1) + (1,) * (x.ndim - 2)) if s.size > 1 else s[0])
         return [y]
 
-    torch_helpers = ("Scale",)
 
     def torch_module(self, w: dict[str, Shape]) -> str:
         return f"Scale({int(np.prod(w['weight']))})"

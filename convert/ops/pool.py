@@ -110,18 +110,20 @@ class Pool(Op):
                 return ceil
         return None
 
-    torch_helpers = ("pool2d",)
 
     def torch(self, args: list[str], mod: str, shapes: list[Shape]) -> str:
         h, w = shapes[0][2:]
         k, s, p = self.kernel, self.stride, self.pad
         ceil = self.torch_native(h, w)
-        if ceil is not None and self.mode == "max":
-            return f"F.max_pool2d({args[0]}, {k}, {s}, {p}, ceil_mode={ceil})"
         if ceil is not None:
-            extra = f", divisor_override={k[0] * k[1]}" if self.mode == "sum" else ""
-            return (f"F.avg_pool2d({args[0]}, {k}, {s}, {p}, ceil_mode={ceil}, "
-                    f"count_include_pad={self.count_pad}{extra})")
+            sq = lambda v: v[0] if v[0] == v[1] else v  # noqa: E731
+            opts = [str(sq(k)), str(sq(s))] + ([f"padding={sq(p)}"] if any(p) else [])
+            opts += ["ceil_mode=True"] if ceil else []
+            if self.mode == "max":
+                return f"F.max_pool2d({args[0]}, {', '.join(opts)})"
+            opts += [] if self.count_pad or not any(p) else ["count_include_pad=False"]
+            opts += [f"divisor_override={k[0] * k[1]}"] if self.mode == "sum" else []
+            return f"F.avg_pool2d({args[0]}, {', '.join(opts)})"
         (uh, ph, eh), (uw, pw, ew) = self.plans(h, w)
         return (f"pool2d({args[0]}, {self.mode!r}, {k}, {s}, used={(uh, uw)}, "
                 f"pads={(ph, pw, eh, ew)}, count_pad={self.count_pad})")

@@ -1,0 +1,25 @@
+"""Shared test helpers: the read-only corpus (skipped when absent) and small graph builders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("ZOO_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+
+def corpus(*parts: str) -> Path:
+    """A path inside the shared corpus; the calling test is skipped when the corpus is absent."""
+    p = CORPUS.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"corpus not available: {p}")
+    return p
+
+
+def corpus_files(sub: str, pattern: str) -> list[Path]:
+    """Files for parametrization (empty when the corpus is absent: the tests then skip)."""
+    base = CORPUS / sub
+    return sorted(base.rglob(pattern)) if base.exists() else []
