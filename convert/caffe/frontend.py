@@ -40,9 +40,10 @@ class CaffeModel:
 class Builder:
     """What a layer function sees: its inputs, its output names, its blobs, and ``node``."""
 
-    def __init__(self, path: str, weights: binary.Weights | None, seed: int, writes: dict[str, int]):
+    def __init__(self, path: str, weights: binary.Weights | None, seed: int | None,
+                 writes: dict[str, int]):
         self.path, self.weights = path, weights
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed) if seed is not None else None
         self.g = Graph()
         self.cur: dict[str, str] = {}  # Caffe blob -> current value
         self.writes, self.done = writes, {k: 0 for k in writes}
@@ -132,6 +133,8 @@ class Builder:
 
     def _random(self, kind: str, shape: Shape, fan: float) -> np.ndarray:
         r = self.rng
+        if r is None:  # shapes only (zoo info/list): zero-cost placeholders
+            return np.broadcast_to(np.float32(1.0), shape)
         if kind == "weight":  # variance preserving (He) so deep nets keep unit-scale activations
             return (r.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(fan, 1))))
         if kind in ("bias", "beta", "mean"):
@@ -191,7 +194,9 @@ def _data_shapes(L: Layer) -> list[Shape | None]:
 
 
 def load(prototxt: Path, weights: Path | None = None,
-         input_shapes: dict[str, Shape] | None = None, seed: int = 0) -> CaffeModel:
+         input_shapes: dict[str, Shape] | None = None, seed: int | None = 0) -> CaffeModel:
+    """Read a Caffe net; without ``weights``, blobs are seeded random (``seed`` None: placeholders
+    for shape and size queries only)."""
     path = str(prototxt)
     net = text.read(prototxt)
     layers = upgrade.layers(net, path)

@@ -1,0 +1,1 @@
+"""zoo's benchmark harness: runtimes, the timing loop, statistics, environment, results."""

@@ -1,0 +1,1 @@
+"""The Torch7 frontend: .t7 reader, sandboxed Lua definitions, module mapping."""

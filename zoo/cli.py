@@ -1,0 +1,170 @@
+"""The ``zoo`` command: thin Typer commands over the pipeline functions."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from convert.errors import ConvertError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Convert, verify and benchmark the classic CNN model zoo (Caffe, Torch7).")
+out = Console()
+err = Console(stderr=True)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A user's mistake is one line on stderr and exit code 2; anything else keeps its traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **k: Any) -> Any:
+        try:
+            return fn(*a, **k)
+        except ConvertError as e:
+            err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+class _Handler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "warning" if record.levelno >= logging.WARNING else "info"
+        err.print(f"[yellow]{level}:[/yellow] {record.getMessage()}", highlight=False, soft_wrap=True)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show info messages.")) -> None:
+    root = logging.getLogger()
+    root.handlers[:] = [_Handler()]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def _shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    from convert.artifacts import parse_shape
+
+    return dict(parse_shape(s) for s in specs or [])
+
+
+def _args(specs: list[str] | None) -> dict[str, str]:
+    res = {}
+    for s in specs or []:
+        k, sep, v = s.partition("=")
+        if not sep or not k:
+            raise ConvertError(f"--arg {s!r}: expected key=value")
+        res[k] = v
+    return res
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1e}"
+
+
+@app.command("convert")
+@user_errors
+def convert_cmd(
+    models: list[str] = typer.Argument(None, help="Model files (.prototxt, .t7, .lua) or zoo names."),
+    all_: bool = typer.Option(False, "--all", help="Every model of the zoo."),
+    weights: Optional[Path] = typer.Option(None, help="Caffe weights (.caffemodel)."),
+    out_dir: Path = typer.Option(Path("outputs/models"), "--out", help="Artifacts go to OUT/<name>/."),
+    input_shape: list[str] = typer.Option(None, help="NAME=N,C,H,W (repeatable)."),
+    arg: list[str] = typer.Option(None, help="key=value for a Lua definition (repeatable)."),
+    seed: int = typer.Option(0, help="Seed of random weights and of the verification input."),
+    verify: bool = typer.Option(True, help="Check the conversion numerically (default on)."),
+) -> None:
+    """Convert models to PyTorch (model.py + model.safetensors) and ONNX, and verify them."""
+    from .pipeline import convert_target, targets, timed
+
+    ts = targets(models or [], all_)
+    if weights and len(ts) > 1:
+        raise ConvertError("--weights applies to a single model")
+    table = Table("model", "status", "params", "GMACs", "PyTorch", "ONNX Runtime", "OpenCV", "seconds",
+                  title="max |a-b| / max |ref| against the float64 reference")
+    failed = False
+    for t in ts:
+        res, secs = timed(convert_target, t, out_dir, weights, _shapes(input_shape), seed, verify,
+                          _args(arg))
+        info = res.report
+        b = info["verification"].get("backends", {})
+        cv = b.get("opencv", {})
+        cv_txt = _fmt(cv.get("max_rel")) if "max_rel" in cv else cv.get("status", "-")
+        table.add_row(t.name, info["status"], f"{info['params'] / 1e6:.2f}M",
+                      f"{info['macs_per_image'] / 1e9:.3f}", _fmt(b.get("pytorch", {}).get("max_rel")),
+                      _fmt(b.get("onnxruntime", {}).get("max_rel")), cv_txt, f"{secs:.1f}")
+        if info["status"] == "mismatch":
+            failed = True
+            div = info["verification"].get("first_divergence")
+            where = f" first divergence: layer {div['layer']!r} ({div['backend']})" if div else ""
+            err.print(f"[red]mismatch:[/red] {t.name}{where}", highlight=False)
+        out.print(f"{t.name}: {info['status']} -> {res.dir}", highlight=False)
+    out.print(table)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("verify")
+@user_errors
+def verify_cmd(dirs: list[Path] = typer.Argument(..., help="Artifact directories (OUT/<name>).")) -> None:
+    """Re-run the numerical check of existing artifacts."""
+    from convert.api import reverify
+
+    bad = False
+    for d in dirs:
+        res = reverify(d)
+        v = res.report["verification"]
+        parts = [f"{k} {_fmt(b.get('max_rel'))}" if "max_rel" in b else f"{k} {b.get('status')}"
+                 for k, b in v["backends"].items()]
+        out.print(f"{d}: {res.report['status']} ({', '.join(parts)})", highlight=False)
+        bad |= res.report["status"] != "verified"
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command("list")
+@user_errors
+def list_cmd(out_dir: Path = typer.Option(Path("outputs/models"), "--out")) -> None:
+    """The zoo: name, definition file, input size, parameters, multiply-adds, conversion status."""
+    from .pipeline import catalogue_rows
+
+    table = Table("name", "source", "input", "params", "GMACs", "status")
+    for r in catalogue_rows(out_dir):
+        table.add_row(r["name"], r["source"], r["input"], f"{r['params'] / 1e6:.2f}M",
+                      f"{r['gmacs']:.3f}", r["status"])
+    out.print(table)
+
+
+@app.command("info")
+@user_errors
+def info_cmd(model: str = typer.Argument(..., help="A model file or zoo name."),
+             input_shape: list[str] = typer.Option(None, help="NAME=N,C,H,W (repeatable).")) -> None:
+    """Layers, output shapes, parameters and multiply-adds of a model."""
+    from .pipeline import describe, layer_rows, resolve
+
+    g = describe(resolve(model), _shapes(input_shape))
+    table = Table("layer", "op", "output", "params", "MACs")
+    for r in layer_rows(g):
+        table.add_row(r["layer"], r["op"], "x".join(map(str, r["output"])),
+                      f"{r['params']:,}" if r["params"] else "", f"{r['macs']:,}" if r["macs"] else "")
+    out.print(table)
+    batch = next(iter(g.inputs.values()))[0]
+    out.print(f"inputs {dict(g.inputs)}  outputs {g.outputs}", highlight=False)
+    out.print(f"parameters {g.param_count():,}   multiply-adds {g.macs():,} "
+              f"({g.macs() / batch / 1e9:.3f} G per image)", highlight=False)
+
+
+def run() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()
