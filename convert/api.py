@@ -58,7 +58,7 @@ def load_caffe(source: Path, weights: Path | None, shapes: dict[str, Shape] | No
             return None
         return opencv.runner(g, source, weights or d / "random.caffemodel")
 
-    return Loaded(g, extra, runner, opencv.known_deviations(g))
+    return Loaded(g, extra, runner, g.meta["opencv_known"])
 
 
 def load(source: Path, weights: Path | None = None, shapes: dict[str, Shape] | None = None,
@@ -103,7 +103,7 @@ def reverify(art: Path) -> artifacts.Converted:
     runner, known = _original_runner(g, art)
     report = verify(g, art, runner, known)
     info.update(status=report["status"], verification=report)
-    info_path.write_text(json.dumps(info, indent=2) + "\n")
+    info_path.write_text(artifacts.dump_json(info))
     return artifacts.Converted(art, info)
 
 
@@ -117,7 +117,7 @@ def _original_runner(g: Graph, art: Path) -> tuple[Any, list[str]]:
 
         weights = Path(g.meta["weights"]) if g.meta.get("weights") else art / "random.caffemodel"
         return opencv.runner(g, source, weights if weights.is_file() else None), \
-            opencv.known_deviations(g)
+            g.meta.get("opencv_known", [])
     from .torch7 import opencv as t7cv
 
     return t7cv.runner(g, art), t7cv.known_deviations(g)

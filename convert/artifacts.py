@@ -82,13 +82,28 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         report = verify(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
             if check else {"status": "unverified"}
         info = summary(g, report, write_seconds)
-        (tmp / "convert.json").write_text(json.dumps(info, indent=2) + "\n")
+        (tmp / "convert.json").write_text(dump_json(info))
         tmp.chmod(0o755)
         _replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Converted(dest, info)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no inf or nan: such values (a backend that produced garbage) become null."""
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n"
 
 
 def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str, Any]:

@@ -229,9 +229,11 @@ def load(prototxt: Path, weights: Path | None = None,
     b.g.outputs = _outputs(layers, b)
     if not b.g.outputs:
         raise BadModel(path, "", "the net has no outputs")
+    from .opencv import known_deviations
+
     b.g.meta.update(framework="caffe", source=str(Path(prototxt).resolve()),
                     weights=str(Path(weights).resolve()) if weights else None, seed=seed,
-                    name=net.name or Path(prototxt).stem)
+                    name=net.name or Path(prototxt).stem, opencv_known=known_deviations(layers))
     return CaffeModel(b.g, b.caffe_blobs, weights is None, net.name)
 
 

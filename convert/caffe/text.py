@@ -88,6 +88,9 @@ class Parser:
                 return msg
             if t.kind == "symbol" and t.text in ",;":
                 continue
+            if t.kind == "eof" and pos is not None:
+                raise self.fail(t, f"unclosed block: the '{{' at line {pos[0]}, column {pos[1]} "
+                                   f"is never closed")
             if t.kind != "ident":
                 want = f"a field name or '{close}'" if close else "a field name"
                 raise self.fail(t, f"expected {want}, found {t.text or 'end of file'!r}")

@@ -122,7 +122,7 @@ class Pool(Op):
             if self.mode == "max":
                 return f"F.max_pool2d({args[0]}, {', '.join(opts)})"
             opts += [] if self.count_pad or not any(p) else ["count_include_pad=False"]
-            opts += [f"divisor_override={k[0] * k[1]}"] if self.mode == "sum" else []
+            opts += ["divisor_override=1"] if self.mode == "sum" else []
             return f"F.avg_pool2d({args[0]}, {', '.join(opts)})"
         (uh, ph, eh), (uw, pw, ew) = self.plans(h, w)
         return (f"pool2d({args[0]}, {self.mode!r}, {k}, {s}, used={(uh, uw)}, "
