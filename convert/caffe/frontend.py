@@ -49,6 +49,7 @@ class Builder:
         self.writes, self.done = writes, {k: 0 for k in writes}
         self.caffe_blobs: list[tuple[str, str, list[np.ndarray]]] = []
         self.shared: dict[tuple[str, ...], tuple[str, Op]] = {}
+        self.bn_blobs: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}  # attr -> Caffe blobs
         self.L: Layer | None = None
         self._tmp = 0
 
@@ -229,12 +230,25 @@ def load(prototxt: Path, weights: Path | None = None,
     b.g.outputs = _outputs(layers, b)
     if not b.g.outputs:
         raise BadModel(path, "", "the net has no outputs")
+    if weights is None and seed is not None:
+        _calibrate(b, seed)
     from .opencv import known_deviations
 
     b.g.meta.update(framework="caffe", source=str(Path(prototxt).resolve()),
                     weights=str(Path(weights).resolve()) if weights else None, seed=seed,
                     name=net.name or Path(prototxt).stem, opencv_known=known_deviations(layers))
     return CaffeModel(b.g, b.caffe_blobs, weights is None, net.name)
+
+
+def _calibrate(b: Builder, seed: int) -> None:
+    """Random weights: batch norms get their inputs' real statistics (see calibrate_batchnorm);
+    the Caffe blobs (stored times the scale factor) follow, for the caffemodel OpenCV reads."""
+    from ..reference import calibrate_batchnorm
+
+    for attr in calibrate_batchnorm(b.g, seed):
+        mean, var, factor = b.bn_blobs[attr]
+        mean[...] = b.g.weights[f"{attr}.mean"] * np.float32(factor)
+        var[...] = b.g.weights[f"{attr}.var"] * np.float32(factor)
 
 
 def _writes(layers: list[Layer]) -> dict[str, int]:

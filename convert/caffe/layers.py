@@ -164,7 +164,8 @@ def batch_norm(b: Builder, L: Layer) -> None:
     inv = np.float32(0 if f == 0 else 1 / np.float32(f))  # Caffe: stored sums / factor (0 -> 0)
     batch = bp.has("use_global_stats") and not bp.use_global_stats
     w = {"mean": (mean * inv).astype(np.float32), "var": (var * inv).astype(np.float32)}
-    b.node(BatchNorm(eps=bp.eps, batch_stats=batch), weights=w)
+    node = b.node(BatchNorm(eps=bp.eps, batch_stats=batch), weights=w)
+    b.bn_blobs[node.attr] = (mean, var, f)
 
 
 def _param_shape(b: Builder, shape: Shape, axis: int, num_axes: int) -> Shape:

@@ -8,6 +8,7 @@ cannot be turned into anything a converter could use, so they are refused with a
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ _ELEMENTS = {"Double": "<f8", "Float": "<f4", "Half": "<f2", "Long": "<i8", "Int
              "Char": "i1", "Byte": "u1"}
 _ARRAY_CLASS = re.compile(r"torch\.(Cuda)?(Double|Float|Half|Long|Int|Short|Char|Byte)?(Tensor|Storage)")
 _TOKEN = re.compile(rb"\s*(\S+)")
+_NEWLINE = re.compile(rb"\n")
 
 
 class T7Error(ConvertError):
@@ -67,7 +69,7 @@ def _array_class(cls: str) -> tuple[str, str] | None:
 
 
 class _Reader:
-    def __init__(self, data: bytearray, ascii: bool, long_size: int) -> None:
+    def __init__(self, data: memoryview, ascii: bool, long_size: int) -> None:
         self.data, self.ascii, self.long_size = data, ascii, long_size
         self.pos = 0
         self.memo: dict[int, Any] = {}  # reference index -> object already read
@@ -78,7 +80,9 @@ class _Reader:
     def _take(self, n: int, what: str) -> int:
         """Advance over n raw bytes; returns where they start."""
         start = self.pos
-        if n < 0 or start + n > len(self.data):
+        if n < 0:
+            raise T7Error(f"bad Torch7 data: negative length {n} for {what} at byte {start}")
+        if start + n > len(self.data):
             raise T7Error(f"unexpected end of file at byte {start} (reading {what}: {n} bytes wanted, "
                           f"{len(self.data) - start} left)")
         self.pos += n
@@ -99,23 +103,17 @@ class _Reader:
         if self.pos < len(self.data) and self.data[self.pos] == 0x0A:
             self.pos += 1
 
-    def _ascii_int(self, what: str) -> int:
+    def read_int(self, what: str, size: int = 4) -> int:
+        if not self.ascii:
+            return struct.unpack_from("<q" if size == 8 else "<i", self.data, self._take(size, what))[0]
         tok, at = self._token(what)
         try:
             return int(tok)
         except ValueError:
             raise T7Error(f"bad {what} {tok[:20]!r} at byte {at}") from None
 
-    def read_int(self, what: str = "int") -> int:
-        if self.ascii:
-            return self._ascii_int(what)
-        return struct.unpack_from("<i", self.data, self._take(4, what))[0]
-
-    def read_long(self, what: str = "long") -> int:
-        if self.ascii:
-            return self._ascii_int(what)
-        return struct.unpack_from("<q" if self.long_size == 8 else "<i", self.data,
-                                  self._take(self.long_size, what))[0]
+    def read_long(self, what: str) -> int:
+        return self.read_int(what, self.long_size)
 
     def number(self) -> int | float:
         """A Lua number: int when the written value is exactly integral (table keys, sizes, flags)."""
@@ -138,7 +136,7 @@ class _Reader:
         start = self._take(n, what)
         if self.ascii and n > 0:
             self._eat_newline()
-        return memoryview(self.data)[start:start + n]
+        return self.data[start:start + n]
 
     def string(self) -> str:
         n = self.read_int("string length")
@@ -159,9 +157,10 @@ class _Reader:
         if n == 0:  # Torch writes nothing at all, not even the newline
             return np.empty(0, dtype)
         start = self.pos
-        end = self.data.find(b"\n", start)
-        if end < 0:  # the line of values always ends with "\n": without it the last value may be cut
+        newline = _NEWLINE.search(self.data, start)
+        if not newline:  # the line of values always ends with "\n": without it the last value may be cut
             raise T7Error(f"unexpected end of file at byte {len(self.data)} (storage of {n} elements)")
+        end = newline.start()
         parse = np.float32 if dtype.kind == "f" and dtype.itemsize == 2 else dtype  # Half is text floats
         try:
             values = np.array(bytes(self.data[start:end]).split(), dtype=parse)
@@ -217,11 +216,12 @@ class _Reader:
             try:
                 version = int(float(cls[2:]))
                 cls = self.string()
-            except (ValueError, OverflowError):  # like Torch: no number after "V " means it was the class name
+            except (ValueError, OverflowError):  # like Torch: "V " without a number is the class name
                 pass
         kind = _array_class(cls)
         if kind is not None:
-            arr = self._storage(kind[1]) if kind[0] == "Storage" else self._tensor(cls, at)
+            storage = kind[0] == "Storage"
+            arr = self.array(kind[1], self.read_long("storage size")) if storage else self._tensor(cls, at)
             self.memo[index] = arr
             return arr
         obj = TorchObject(cls, {}, version)
@@ -234,10 +234,6 @@ class _Reader:
                           "(a class with its own serializer is not supported)")
         obj.fields = fields
         return obj
-
-    def _storage(self, elem: str) -> np.ndarray:
-        n = self.read_long("storage size")
-        return self.array(elem, n)
 
     def _tensor(self, cls: str, at: int) -> np.ndarray:
         ndim = self.read_int("tensor dimension count")
@@ -277,18 +273,19 @@ def _view(storage: np.ndarray, sizes: list[int], strides: list[int], offset: int
     return np.ascontiguousarray(view)
 
 
-def _looks_ascii(data: bytearray) -> bool:
+def _looks_ascii(data: memoryview) -> bool:
     # ASCII files begin with a decimal type tag and a newline ("4\n"); binary ones with an int32 tag,
     # whose first byte would be an (invalid) tag 48..57 if it were a digit.
     return bool(re.match(rb"\s*-?\d+\s", data[:32]))
 
 
 def loads(data: bytes, ascii: bool | None = None, long_size: int | None = None) -> Any:
-    """Deserialize one Torch7 object from bytes. ascii/long_size None: detect them."""
+    """Deserialize one Torch7 object from bytes (or any bytes-like). ascii/long_size None: detect them."""
     if long_size not in (None, 4, 8):
         raise ValueError(f"long_size must be 4, 8 or None, not {long_size!r}")
-    # A bytearray buffer makes the zero-copy arrays writable; bytes would give read-only views.
-    buf = data if isinstance(data, bytearray) else bytearray(data)
+    buf = memoryview(data).cast("B")
+    if buf.readonly:  # tensors are views of this buffer: copy read-only bytes so they come out writable
+        buf = memoryview(bytearray(buf))
     if ascii is None:
         ascii = _looks_ascii(buf)
     if ascii or long_size is not None:
@@ -310,12 +307,12 @@ def loads(data: bytes, ascii: bool | None = None, long_size: int | None = None) 
 def load(path: str | Path, ascii: bool | None = None) -> Any:
     """Read a Torch7 file once into memory and deserialize it (tensors are views into that buffer)."""
     with open(path, "rb", buffering=0) as f:
-        size = Path(path).stat().st_size
-        buf = bytearray(size)
-        view, done = memoryview(buf), 0
+        size = os.fstat(f.fileno()).st_size
+        # np.empty, unlike bytearray(size), doesn't zero-fill first, which would cost as much as the read.
+        view, done = memoryview(np.empty(size, np.uint8)), 0
         while done < size:  # read() may return less than asked for very large files
             n = f.readinto(view[done:])
             if not n:
                 break
             done += n
-    return loads(buf if done == size else buf[:done], ascii=ascii)
+    return loads(view[:done], ascii=ascii)
