@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import struct
 import tempfile
@@ -22,7 +23,7 @@ import numpy as np
 from . import __version__
 from .errors import BadModel, ConvertError
 from .ir import Graph, Shape
-from .onnx_emit import check_onnx, write_onnx
+from .onnx_emit import check_structure, write_onnx
 from .torch_emit import model_source
 from .verify import verify
 
@@ -33,7 +34,7 @@ def write_safetensors(weights: dict[str, np.ndarray], path: Path, meta: dict[str
     """safetensors, streamed from the arrays (the format: u64 header size, JSON header, data)."""
     header: dict[str, Any] = {"__metadata__": meta or {}}
     offset = 0
-    arrays = {k: np.ascontiguousarray(v) for k, v in weights.items()}
+    arrays = {k: v if v.flags.c_contiguous else v.copy() for k, v in weights.items()}
     for k, a in arrays.items():
         header[k] = {"dtype": ST_DTYPES[a.dtype.name], "shape": list(a.shape),
                      "data_offsets": [offset, offset + a.nbytes]}
@@ -74,7 +75,7 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         (tmp / "model.py").write_text(model_source(g, title or f"{g.meta.get('name', dest.name)}"))
         write_safetensors(g.weights, tmp / "model.safetensors", {"format": "pt"})
         write_onnx(g, tmp / "model.onnx", g.meta.get("name", "zoo"))
-        check_onnx(tmp / "model.onnx")
+        check_structure(g)
         (tmp / "ir.json").write_text(json.dumps(g.to_json(), indent=1))
         if extra:
             extra(tmp)
@@ -124,6 +125,7 @@ def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str,
         "status": report["status"],
         "verification": report,
         "write_seconds": round(seconds, 3),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -190,6 +190,22 @@ class Graph:
         return g
 
 
+def release_mapped(g: Graph) -> None:
+    """Drop the resident pages of weights that are views of a memory-mapped file (a caffemodel):
+    they are read again from the file if touched, so the memory can go to the next backend."""
+    import mmap
+
+    seen = set()
+    for w in g.weights.values():
+        base = w
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        base = base.obj if isinstance(base, memoryview) else base
+        if isinstance(base, mmap.mmap) and id(base) not in seen and not base.closed:
+            seen.add(id(base))
+            base.madvise(mmap.MADV_DONTNEED)
+
+
 def py_name(name: str) -> str:
     """A readable Python identifier for a layer or blob name."""
     s = re.sub(r"\W+", "_", name).strip("_") or "x"

@@ -43,9 +43,10 @@ def load(weights=None):
     """The network in eval mode, with the weights beside this file (or from ``weights``)."""
     from safetensors.torch import load_file
 
-    net = Net()
+    with torch.device("meta"):  # no memory or time spent on initial values that are replaced
+        net = Net()
     path = Path(weights) if weights else Path(__file__).with_name("model.safetensors")
-    net.load_state_dict(load_file(str(path)))
+    net.load_state_dict(load_file(str(path)), assign=True)
     return net.eval()
 '''
 

@@ -7,6 +7,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import isolate
 from ..ir import Graph
 from .upgrade import Layer
 
@@ -40,19 +41,27 @@ def known_deviations(layers: list[Layer]) -> list[str]:
 
 
 def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """A function running OpenCV's import of the original files on given inputs."""
+    """A function running OpenCV's import of the original files (in a child process)."""
+    first = {n.outputs[0]: n.name for n in g.nodes}  # OpenCV fetches a layer's first output by name
+    wanted = {o: first[o] for o in g.outputs if o in first}
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import cv2
-
-        net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel) if caffemodel else None)
-        net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
-        for name, x in feeds.items():
-            net.setInput(np.ascontiguousarray(x), name)
-        # OpenCV fetches a layer's first output by the layer's name only
-        first = {n.outputs[0]: n.name for n in g.nodes}
-        wanted = [o for o in g.outputs if o in first]
-        outs = net.forward([first[o] for o in wanted]) if wanted else []
-        return {o: np.asarray(v) for o, v in zip(wanted, outs)}
+        outs, peak = isolate.call("convert.caffe.opencv:forward", feeds, prototxt=str(prototxt),
+                                  caffemodel=str(caffemodel) if caffemodel else None, outputs=wanted)
+        run.peak_rss_bytes = peak  # type: ignore[attr-defined]
+        return outs
 
     return run
+
+
+def forward(feeds: dict[str, np.ndarray], prototxt: str, caffemodel: str | None,
+            outputs: dict[str, str]) -> dict[str, np.ndarray]:
+    """In the child: cv2.dnn.readNetFromCaffe and one forward pass."""
+    import cv2
+
+    net = cv2.dnn.readNetFromCaffe(prototxt, caffemodel)
+    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+    for name, x in feeds.items():
+        net.setInput(np.ascontiguousarray(x), name)
+    outs = net.forward(list(outputs.values())) if outputs else []
+    return {o: np.asarray(v) for o, v in zip(outputs, outs)}

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import Op, Shape
 
-BLOCK = 1024  # output rows cast to float64 at a time: keeps the reference's memory small
+BLOCK = 256  # output rows cast to float64 at a time: keeps the reference's memory small
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,75 @@
+"""The artifact contract: files, ONNX validity (full checker on the real file), external data for
+big models, dynamic batch, atomic replacement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from convert import onnx_emit
+from convert.api import convert
+from convert.artifacts import read_safetensors, write_safetensors
+from convert.errors import ConvertError
+from convert.verify import run_onnx, run_torch
+
+NET = '''input: "data" input_dim: 1 input_dim: 3 input_dim: 16 input_dim: 16
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" convolution_param { num_output: 8 kernel_size: 3 } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
+layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool" pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "fc" type: "InnerProduct" bottom: "pool" top: "fc" inner_product_param { num_output: 10 } }
+layer { name: "prob" type: "Softmax" bottom: "fc" top: "prob" }
+'''
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    p = tmp_path / "small.prototxt"
+    p.write_text(NET)
+    return p
+
+
+def test_real_file_passes_the_full_onnx_checker(src: Path, tmp_path: Path) -> None:
+    res = convert(src, out=tmp_path)
+    onnx_emit.check_onnx(res.dir / "model.onnx")
+    m = onnx.load(str(res.dir / "model.onnx"))
+    assert m.opset_import[0].version >= 17
+    assert [i.name for i in m.graph.input] == ["data"] and [o.name for o in m.graph.output] == ["prob"]
+    assert not any(a.name == "ceil_mode" and a.i for n in m.graph.node for a in n.attribute)
+
+
+def test_external_data_above_the_limit(src: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(onnx_emit, "EXTERNAL_BYTES", 1000)
+    res = convert(src, out=tmp_path)
+    assert (res.dir / "model.onnx.data").stat().st_size > 1000
+    assert res.report["status"] == "verified"
+    onnx_emit.check_onnx(res.dir / "model.onnx")
+
+
+def test_dynamic_batch(src: Path, tmp_path: Path) -> None:
+    res = convert(src, out=tmp_path)
+    assert res.report["dynamic_batch"]
+    x = {"data": np.random.default_rng(0).standard_normal((3, 3, 16, 16)).astype(np.float32)}
+    a, b = run_onnx(res.dir / "model.onnx", x)["prob"], run_torch(res.dir / "model.py", x)["prob"]
+    assert a.shape == (3, 10) and np.allclose(a, b, atol=1e-5)
+
+
+def test_safetensors_round_trip(tmp_path: Path) -> None:
+    w = {"a.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(0, np.float32),
+         "c": np.float32(2.5).reshape(())}
+    write_safetensors(w, tmp_path / "w.safetensors")
+    got = read_safetensors(tmp_path / "w.safetensors")
+    assert all(np.array_equal(got[k], v) for k, v in w.items())
+
+
+def test_replacing_is_atomic(src: Path, tmp_path: Path) -> None:
+    first = convert(src, out=tmp_path)
+    before = json.loads((first.dir / "convert.json").read_text())["created"]
+    src.write_text(NET.replace("num_output: 10", "num_output: 0"))
+    with pytest.raises(ConvertError):
+        convert(src, out=tmp_path)
+    assert json.loads((first.dir / "convert.json").read_text())["created"] == before  # old kept
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no leftovers

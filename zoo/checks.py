@@ -1,0 +1,156 @@
+"""Check commands (minutes, not part of the test suite): numbers for the notes and the README.
+
+    python -m zoo.checks corpus            # convert + verify every corpus prototxt (batch 1)
+    python -m zoo.checks caffemodel-speed  # VGG-16 caffemodel: zoo's loader vs OpenCV, peak RSS
+    python -m zoo.checks t7-speed          # VGG-16-sized .t7: zoo's reader vs numpy.fromfile
+
+Results are printed and written as JSON under outputs/checks/.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convert.api import convert, load
+from convert.errors import ConvertError, Unsupported
+
+from .catalogue import CATALOGUE
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+OUT = ROOT / "outputs" / "checks"
+
+
+def _save(name: str, data: dict[str, Any]) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {OUT / name}.json")
+
+
+def corpus(root: Path = CORPUS) -> dict[str, Any]:
+    """Every prototxt of realworld/ and seeds/: converted and verified at batch 1, or refused."""
+    files = sorted(list((root / "realworld").rglob("*.prototxt")) + list((root / "seeds").rglob("*.prototxt")))
+    rows, unsupported = [], {}
+    tmp = Path(tempfile.mkdtemp(prefix="zoo-corpus-"))
+    try:
+        for f in files:
+            rel = str(f.relative_to(root))
+            t0 = time.perf_counter()
+            try:
+                g = load(f, seed=None).graph
+                shapes = {k: (1, *v[1:]) for k, v in g.inputs.items()}
+                res = convert(f, out=tmp, shapes=shapes, name="m")
+                b = res.report["verification"]["backends"]
+                row = {"file": rel, "status": res.report["status"],
+                       **{k: v.get("max_rel", v.get("status")) for k, v in b.items()}}
+            except Unsupported as e:
+                row = {"file": rel, "status": "unsupported", "message": str(e)}
+                for kind, _ in e.items:
+                    unsupported[kind] = unsupported.get(kind, 0) + 1
+            except ConvertError as e:
+                row = {"file": rel, "status": "error", "message": str(e)}
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            rows.append(row)
+            print(f"{row['status']:12s} {row['seconds']:6.1f}s {rel}", flush=True)
+            shutil.rmtree(tmp / "m", ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    result = {"files": len(rows), "counts": counts, "unsupported_layer_types": unsupported, "rows": rows}
+    print(json.dumps({k: result[k] for k in ("files", "counts", "unsupported_layer_types")}, indent=2))
+    _save("corpus", result)
+    return result
+
+
+def _peak_rss_of(cmd: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in bytes) of a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    secs = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if peak <= before:
+        raise RuntimeError("a previous child had a larger RSS; run this check in a fresh process")
+    return secs, peak * 1024.0
+
+
+def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
+    """VGG-16 with random weights as a real caffemodel: load time vs OpenCV, and peak RSS of convert."""
+    import cv2
+
+    from convert.caffe import binary, frontend
+
+    work = Path(tempfile.mkdtemp(prefix="zoo-speed-"))
+    try:
+        proto = CATALOGUE["vgg16"].source
+        model = frontend.load(proto, seed=0)
+        weights = work / "vgg16.caffemodel"
+        binary.write(weights, model.layers, "VGG16")
+        del model
+        size = weights.stat().st_size
+        ours, touched, theirs = [], [], []
+        for _ in range(repeats):  # alternate, so that both see the same page-cache state
+            t0 = time.perf_counter()
+            g = frontend.load(proto, weights).graph
+            ours.append(time.perf_counter() - t0)
+            sum(float(w.sum(dtype=np.float64)) for w in g.weights.values())  # every value read once
+            touched.append(time.perf_counter() - t0)
+            del g
+            t0 = time.perf_counter()
+            cv2.dnn.readNetFromCaffe(str(proto), str(weights))
+            theirs.append(time.perf_counter() - t0)
+        secs, peak = _peak_rss_of([sys.executable, "-m", "zoo.cli", "convert", str(proto), "--weights",
+                                   str(weights), "--out", str(work / "out")])
+        info = json.loads((work / "out" / "vgg16" / "convert.json").read_text())
+        zoo_peak = info["peak_rss_bytes"]
+        cv_peak = info["verification"]["backends"].get("opencv", {}).get("peak_rss_bytes")
+        med = statistics.median
+        result = {"caffemodel_bytes": size, "repeats": repeats,
+                  "zoo_load_median_s": med(ours), "zoo_load_and_read_all_median_s": med(touched),
+                  "opencv_load_median_s": med(theirs),
+                  "ratio_zoo_over_opencv": med(ours) / med(theirs),
+                  "ratio_zoo_read_all_over_opencv": med(touched) / med(theirs),
+                  "convert_seconds": secs, "convert_status": info["status"],
+                  "zoo_process_peak_rss_bytes": zoo_peak, "zoo_peak_over_file_size": zoo_peak / size,
+                  "opencv_child_peak_rss_bytes": cv_peak,
+                  "opencv_peak_over_file_size": cv_peak / size if cv_peak else None,
+                  "largest_process_peak_rss_bytes": peak}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    _save("caffemodel-speed", result)
+    return result
+
+
+def main(argv: list[str]) -> None:
+    logging.basicConfig(level=logging.ERROR)
+    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed}
+    try:
+        from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
+
+        checks["t7-speed"] = t7_speed
+    except ImportError:
+        pass
+    if len(argv) != 1 or argv[0] not in checks:
+        print(f"usage: python -m zoo.checks {{{'|'.join(checks)}}}")
+        sys.exit(2)
+    checks[argv[0]]()
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main(sys.argv[1:])
