@@ -7,6 +7,7 @@ so a failed run leaves nothing half-written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -107,6 +108,16 @@ def dump_json(obj: Any) -> str:
     return json.dumps(_finite(obj), indent=2, allow_nan=False) + "\n"
 
 
+def fingerprint(path: str | None) -> str | None:
+    """sha256 of a (small) definition file, or size and mtime of a large weights file."""
+    if not path or not Path(path).is_file():
+        return None
+    p = Path(path)
+    if p.stat().st_size > 64 << 20:
+        return f"size={p.stat().st_size},mtime={int(p.stat().st_mtime)}"
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
 def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str, Any]:
     batch = next(iter(g.inputs.values()))[0]
     return {
@@ -116,6 +127,8 @@ def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str,
         "source": g.meta.get("source"),
         "weights": g.meta.get("weights") or "random (seeded)",
         "seed": g.meta.get("seed"),
+        "source_fingerprint": fingerprint(g.meta.get("source")),
+        "weights_fingerprint": fingerprint(g.meta.get("weights")),
         "inputs": {k: list(v) for k, v in g.inputs.items()},
         "outputs": list(g.outputs),
         "dynamic_batch": g.dynamic_batch(),

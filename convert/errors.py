@@ -40,7 +40,7 @@ class Unsupported(ConvertError):
             for kind, names in types.items()
         )
         what = "layer type" if framework == "caffe" else "module class"
-        plural = "s" if len(types) > 1 else ""
+        plural = ("es" if what.endswith("s") else "s") if len(types) > 1 else ""
         tail = f" ({reason})" if reason else ""
         super().__init__(f"{self.path}: unsupported {framework} {what}{plural}: {listed}{tail}")
 

@@ -36,13 +36,29 @@ def run(g: Graph, feeds: dict[str, np.ndarray], keep: bool = False,
     return env if keep else {o: env[o] for o in g.outputs}
 
 
-def calibrate_batchnorm(g: Graph, seed: int) -> list[str]:
-    """For random weights: give every batch norm that uses stored statistics the mean and variance
-    its input really has (on a seeded random batch), in order, so that each one normalizes.
+def calibrate_random(g: Graph, seed: int) -> list[str]:
+    """Make random weights numerically meaningful, in place; returns the batch norms it set.
 
-    Without this, random statistics let activations grow with depth (a ResNet's residual sums
-    double the variance per block) until float32 overflows. Returns the attrs it set.
+    1. Filters (convolution, fully connected) get zero sum each: a filter then responds to the
+       structure of its input, not to the positive mean of ReLU outputs, which a following batch
+       norm would centre away (each such centring multiplies relative rounding errors by about
+       sqrt(pi / (pi - 1)); 200 of them make float32 miss 1e-4, and outputs barely depend on the
+       input).
+    2. Residual branches enter their sums damped (``_branch_ends``).
+    3. Every batch norm with stored statistics gets the mean and variance its input really has
+       on a seeded random batch, in order, so each one normalizes (random statistics would let
+       activations grow with depth until float32 overflows).
     """
+    for n in g.nodes:
+        if n.op.kind in ("conv", "deconv", "linear"):
+            w = g.weights[f"{n.attr}.weight"]
+            out_axis = 1 if n.op.kind == "deconv" else 0
+            w -= w.mean(axis=tuple(a for a in range(w.ndim) if a != out_axis), keepdims=True)
+    damped = _branch_ends(g)
+    for n in g.nodes:  # branches that end in a convolution (pre-activation ResNets)
+        if n.attr in damped and n.op.kind in ("conv", "deconv", "linear"):
+            for w in g.node_weights(n).values():
+                w *= np.float32(DAMP)
     bns = [n for n in g.nodes if n.op.kind == "batchnorm" and not n.op.batch_stats]
     if not bns:
         return []
@@ -53,7 +69,47 @@ def calibrate_batchnorm(g: Graph, seed: int) -> list[str]:
         if node.op.kind == "batchnorm" and not node.op.batch_stats:
             axes = (0,) + tuple(range(2, xs[0].ndim))
             g.weights[f"{node.attr}.mean"][...] = xs[0].mean(axis=axes)
-            g.weights[f"{node.attr}.var"][...] = xs[0].var(axis=axes)
+            # one variance for the whole layer (the channels' average): a nearly constant channel
+            # would otherwise be scaled up by 1/sqrt(eps) and amplify rounding noise a hundredfold
+            var = xs[0].var(axis=axes).mean()
+            g.weights[f"{node.attr}.var"][...] = var / DAMP**2 if node.attr in damped else var
 
     run(g, feeds, before=before)
     return [n.attr for n in bns]
+
+
+DAMP = 0.2
+
+
+def _branch_ends(g: Graph) -> set[str]:
+    """The last convolution or batch norm of every residual branch entering an elementwise sum
+    (the input with more weighted layers since the fork than the sum's shortest input, which is
+    the shortcut). Like the small final gammas of trained ResNets, they start damped, so that a
+    random 150-layer ResNet is not chaotic (else float32 rounding alone grows past 1e-4)."""
+    producer = {o: n for n in g.nodes for o in n.outputs}
+    uses: dict[str, int] = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            uses[i] = uses.get(i, 0) + 1
+    weighted = ("conv", "deconv", "linear", "batchnorm")
+
+    def walk(value: str) -> tuple[int, str]:
+        """(weighted layers since the fork, attr of the last weighted layer) going back from value."""
+        depth, last = 0, ""
+        while value in producer and (depth == 0 or uses.get(value, 0) == 1):
+            n = producer[value]
+            if n.op.kind in weighted:
+                depth += 1
+                last = last or n.attr
+            if len(n.inputs) != 1:
+                break
+            value = n.inputs[0]
+        return depth, last
+
+    ends = set()
+    for n in g.nodes:
+        if n.op.kind == "eltwise" and n.op.mode == "sum" and len(n.inputs) > 1:
+            chains = [walk(i) for i in n.inputs]
+            shortest = min(d for d, _ in chains)
+            ends |= {attr for d, attr in chains if d > shortest and attr}
+    return ends

@@ -75,6 +75,7 @@ EXAMPLES: list[tuple[Op, list[tuple[int, ...]], dict[str, np.ndarray]]] = [
     (LpNormalize((1,), 2.0, 1e-10, True), [X], {"weight": w(3)}),
     (LpNormalize((1, 2, 3), 2.0, 1e-10, True), [X], {"weight": w(1)}),
     (LpNormalize((1,), 3.0, 1e-6), [(2, 11)], {}),
+    (LpNormalize((1,), math.inf, 1e-6), [(2, 11)], {}),  # Torch7's Normalize(math.huge)
     (Eltwise("sum"), [X, X], {}), (Eltwise("sum", (0.5, -2.0, 1.0)), [X, X, X], {}),
     (Eltwise("prod"), [X, X, X], {}), (Eltwise("max"), [X, X], {}),
     (Broadcast("mul", 1), [X, (3, 7)], {}), (Broadcast("add", 2), [X, (7,)], {}),

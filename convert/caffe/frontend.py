@@ -136,8 +136,8 @@ class Builder:
         r = self.rng
         if r is None:  # shapes only (zoo info/list): zero-cost placeholders
             return np.broadcast_to(np.float32(1.0), shape)
-        if kind == "weight":  # variance preserving (He) so deep nets keep unit-scale activations
-            return (r.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(fan, 1))))
+        if kind == "weight":  # variance preserving (He); see reference.calibrate_random
+            return r.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(fan, 1)))
         if kind in ("bias", "beta", "mean"):
             return r.uniform(-0.1, 0.1, shape).astype(np.float32)
         if kind in ("var", "gamma"):
@@ -241,11 +241,13 @@ def load(prototxt: Path, weights: Path | None = None,
 
 
 def _calibrate(b: Builder, seed: int) -> None:
-    """Random weights: batch norms get their inputs' real statistics (see calibrate_batchnorm);
-    the Caffe blobs (stored times the scale factor) follow, for the caffemodel OpenCV reads."""
-    from ..reference import calibrate_batchnorm
+    """Random weights: filters centred, residual branches damped, batch norms given their inputs'
+    real statistics (see calibrate_random); the Caffe blobs follow (convolution weights are the
+    same arrays; batch-norm blobs are stored times their scale factor) for the caffemodel
+    OpenCV reads."""
+    from ..reference import calibrate_random
 
-    for attr in calibrate_batchnorm(b.g, seed):
+    for attr in calibrate_random(b.g, seed):
         mean, var, factor = b.bn_blobs[attr]
         mean[...] = b.g.weights[f"{attr}.mean"] * np.float32(factor)
         var[...] = b.g.weights[f"{attr}.var"] * np.float32(factor)

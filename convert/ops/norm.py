@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -279,7 +280,8 @@ class MVN(Op):
 @dataclass(frozen=True, slots=True)
 class LpNormalize(Op):
     """y = x / (sum_{axes} |x|^p + eps) ** (1/p), times a per-channel (or shared) ``weight`` when
-    ``scaled`` (SSD's Normalize layer; Torch7's nn.Normalize)."""
+    ``scaled`` (SSD's Normalize layer; Torch7's nn.Normalize). p = inf: y = x / (max_{axes} |x| + eps)
+    (Torch7's Normalize(math.huge) adds eps to the max norm)."""
 
     kind = "lpnorm"
     axes: tuple[int, ...] = (1,)
@@ -299,7 +301,10 @@ class LpNormalize(Op):
 
     def reference(self, xs, w):  # type: ignore[no-untyped-def]
         x = xs[0]
-        norm = ((np.abs(x) ** self.p).sum(axis=self.axes, keepdims=True) + self.eps) ** (1 / self.p)
+        if self.p == math.inf:
+            norm = np.abs(x).max(axis=self.axes, keepdims=True) + self.eps
+        else:
+            norm = ((np.abs(x) ** self.p).sum(axis=self.axes, keepdims=True) + self.eps) ** (1 / self.p)
         y = x / norm
         if self.scaled:
             s = w["weight"].astype(np.float64).reshape(-1)
@@ -314,13 +319,19 @@ class LpNormalize(Op):
         x, p = args[0], fmt(self.p)
         powered = f"{x}.pow(2)" if self.p == 2 else f"{x}.abs().pow({p})"
         y = f"{x} / ({powered}.sum({self.axes}, keepdim=True) + {fmt(self.eps)}).pow(1 / {p})"
+        if self.p == math.inf:
+            y = f"{x} / ({x}.abs().amax({self.axes}, keepdim=True) + {fmt(self.eps)})"
         return f"{mod}({y})" if self.scaled else y
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         x = ins[0]
-        powered = b.op("Pow", [b.op("Abs", [x]), b.const(self.p)])
-        s = b.op("ReduceSum", [powered, b.const(list(self.axes), "int64")], keepdims=1)
-        norm = b.op("Pow", [b.op("Add", [s, b.const(self.eps)]), b.const(1 / self.p)])
+        if self.p == math.inf:
+            top = b.op("ReduceMax", [b.op("Abs", [x])], axes=list(self.axes), keepdims=1)
+            norm = b.op("Add", [top, b.const(self.eps)])
+        else:
+            powered = b.op("Pow", [b.op("Abs", [x]), b.const(self.p)])
+            s = b.op("ReduceSum", [powered, b.const(list(self.axes), "int64")], keepdims=1)
+            norm = b.op("Pow", [b.op("Add", [s, b.const(self.eps)]), b.const(1 / self.p)])
         if not self.scaled:
             b.op("Div", [x, norm], outs)
             return

@@ -1,0 +1,101 @@
+"""The case matrix and the protocols: what is timed, at which batch, input size and policy."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .timing import Policy
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How one protocol times a model (the seeds' protocols are facts, see DESIGN.md)."""
+
+    name: str
+    policy: Policy
+    mode: str | None = None  # forced mode
+    batch: dict[str, int] = field(default_factory=dict)  # per model; "*" for all
+    hw: dict[str, int] = field(default_factory=dict)  # input height = width per model; "*" for all
+    n_inputs: int = 3  # distinct seeded inputs, rotated
+    grad_input: bool = True  # training: gradient w.r.t. the data input too
+    out_grad: str = "random"  # training: "random" gradients, or the model's own "output"
+    retain_graph: bool = False  # backward repeated on one forward graph
+    strip: tuple[str, ...] = ()  # IR ops left out (convnet-benchmarks: no dropout, no softmax)
+    models: tuple[str, ...] = ()  # its default model set
+
+    def batch_of(self, model: str, default: int) -> int:
+        return self.batch.get(model, self.batch.get("*", default))
+
+    def hw_of(self, model: str) -> int | None:
+        return self.hw.get(model, self.hw.get("*"))
+
+
+PROTOCOLS = {
+    "zoo": Protocol("zoo", Policy()),
+    # cnn-benchmarks: batch 16 at 224x224, training mode, 11 passes with the first discarded, each
+    # pass a fresh random input and output gradient, forward and backward each timed with a sync
+    # before and after, backward = input and weight gradients.
+    "cnn-benchmarks": Protocol(
+        "cnn-benchmarks", Policy(fixed=11, discard=1), mode="training", batch={"*": 16},
+        hw={"*": 224}, n_inputs=11,
+        models=("alexnet", "vgg16", "vgg19", "googlenet", "resnet18", "resnet34", "resnet50",
+                "resnet101", "resnet152", "resnet200")),
+    # convnet-benchmarks: 10 dry runs, then timed blocks of 10 calls (we time 5 blocks and report
+    # their median; each block is the seeds' whole measurement), backward = gradients w.r.t. the
+    # input of every layer and the weights but not the data, the output itself as gradient,
+    # no dropout, no softmax.
+    "convnet-benchmarks": Protocol(
+        "convnet-benchmarks", Policy(fixed=5, dry=10, calls=10), mode="training",
+        batch={"alexnet-owt": 128, "overfeat-fast": 128, "vgg-a": 64, "googlenet": 128},
+        hw={"overfeat-fast": 231, "*": 224}, n_inputs=1, grad_input=False, out_grad="output",
+        retain_graph=True, strip=("dropout", "softmax"),
+        models=("alexnet-owt", "overfeat-fast", "vgg-a", "googlenet")),
+}
+
+# The convnet-benchmarks layer-wise set: (name, in channels, out channels, kernel, input size).
+LAYERS = [("L1", 3, 96, 11, 128), ("L2", 64, 128, 9, 64), ("L3", 128, 128, 9, 32),
+          ("L4", 128, 128, 7, 16), ("L5", 384, 384, 3, 13)]
+
+
+@dataclass
+class Case:
+    """Everything a worker needs (serialized to JSON for the worker process)."""
+
+    model: str
+    source_format: str
+    artifact: str
+    runtime: str
+    device: str
+    precision: str
+    layout: str
+    batch: int
+    mode: str
+    protocol: str
+    threads: int
+    input_shapes: dict[str, list[int]]
+    output_shapes: list[list[int]]
+    policy: dict[str, Any]
+    seed: int = 0
+    n_inputs: int = 3
+    grad_input: bool = True
+    out_grad: str = "random"
+    retain_graph: bool = False
+    gflops_per_image: float | None = None
+    gemm_peak_tflops: float | None = None
+    reference: str | None = None  # .npz of the float64 reference outputs on the first input
+    original: dict[str, Any] | None = None  # the original files, for OpenCV
+    gemm_n: int = 0
+    status: str = ""  # set when the case must not run (e.g. failed conversion): its row says why
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_precisions(device: str) -> list[str]:
+    return ["fp32"] if device == "cpu" else ["fp32", "fp16", "bf16"]
+
+
+def modes(mode: str) -> list[str]:
+    return ["inference", "training"] if mode == "both" else [mode]

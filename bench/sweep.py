@@ -1,0 +1,78 @@
+"""A sweep: run cases one by one (each in a fresh worker process by default), append each row to
+the results file, report progress. Also the GEMM peak and the dry-run duration estimate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+from .cases import Case
+from .results import Recorder, key
+from .timing import Policy
+from .worker import base_row, isolated, run_case
+
+Progress = Callable[[int, int, Case, dict[str, Any] | None, float], None]
+STARTUP_S = 4.0  # a worker's interpreter, torch import and model load, roughly
+
+
+def run(cases: list[Case], recorder: Recorder, isolate: bool = True, timeout_s: float = 900.0,
+        progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Run every case not already in the results file; returns the new rows."""
+    todo = [c for c in cases if key(c.to_dict()) not in recorder.done]
+    rows, started = [], time.perf_counter()
+    for i, case in enumerate(todo):
+        if progress:
+            progress(i, len(todo), case, None, _eta(started, i, len(todo)))
+        if case.status:
+            row = {**base_row(case.to_dict()), "status": case.status, "reason": case.reason}
+        elif isolate:
+            row = isolated(case.to_dict(), timeout_s)
+        else:
+            row = run_case(case.to_dict())
+        recorder.add(row)
+        rows.append(row)
+        if progress:
+            progress(i + 1, len(todo), case, row, _eta(started, i + 1, len(todo)))
+    return rows
+
+
+def _eta(started: float, done: int, total: int) -> float:
+    if done == 0:
+        return float("nan")
+    return (time.perf_counter() - started) / done * (total - done)
+
+
+def gemm_peak(device: str, precision: str, threads: int, isolate: bool = True) -> dict[str, Any]:
+    """Achieved TFLOP/s of a square matrix multiply on the device, timed by the same loop."""
+    n = 1024 if device == "cpu" else 8192
+    case = Case(model=f"gemm-{n}", source_format="", artifact="", runtime="gemm-peak", device=device,
+                precision=precision, layout="nchw", batch=1, mode="inference", protocol="zoo",
+                threads=threads, input_shapes={}, output_shapes=[], gemm_n=n, n_inputs=1,
+                policy=Policy(min_s=0.5, max_s=5.0, warmup_max_s=5.0).__dict__,
+                gflops_per_image=2 * n**3 / 1e9)
+    row = isolated(case.to_dict(), 600) if isolate else run_case(case.to_dict())
+    if row.get("forward"):
+        return {"n": n, "tflops": row["achieved_tflops"], "median_ms": row["forward"]["median_ms"]}
+    return {"n": n, "tflops": None, "reason": row.get("reason")}
+
+
+def estimate(case: Case, device_tflops: float) -> float:
+    """Seconds a case will take, roughly: startup plus warm-up and measurement at the peak rate."""
+    p = Policy(**case.policy)
+    per_iter = (case.gflops_per_image or 1.0) * case.batch * (3 if case.mode == "training" else 1) \
+        / max(device_tflops * 1e3 * 0.3, 1e-3)  # assume 30% of the GEMM peak
+    if p.fixed:
+        iters = p.fixed + p.dry
+        return STARTUP_S + iters * per_iter * p.calls
+    warm = max(p.warmup_s, p.warmup_iters * per_iter)
+    meas = min(max(p.min_s, p.min_iters * per_iter), p.max_s)
+    return STARTUP_S + warm + meas + 2 * per_iter
+
+
+def fit_budget(cases: list[Case], budget_s: float) -> list[Case]:
+    """Scale every case's policy so that the sweep fits ``budget_s`` seconds."""
+    active = [c for c in cases if not c.status]
+    per_case = max(budget_s / max(len(active), 1) - STARTUP_S, 0.2)
+    return [c if c.status else replace(c, policy=Policy(**c.policy).scaled(per_case).__dict__)
+            for c in cases]

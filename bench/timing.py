@@ -1,0 +1,121 @@
+"""The one timing loop. Every runtime, protocol and device is timed by ``measure``.
+
+A step is a list of phases (inference: [forward]; training: [forward, backward]). Each timed
+sample brackets each phase with the runtime's ``sync`` (CUDA: a device synchronize), so work a
+runtime merely enqueued is never missed. Warm-up runs until a minimum count and time are reached
+and the median of the last window is within a tolerance of the window before (steady state);
+measurement runs until a minimum count and time are reached and the median stops moving, capped
+by a count and a time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+Phase = Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class Policy:
+    warmup_iters: int = 3
+    warmup_s: float = 0.3
+    steady_window: int = 3
+    steady_tol: float = 0.1
+    warmup_max_s: float = 20.0
+    min_iters: int = 10
+    min_s: float = 1.0
+    max_iters: int = 200
+    max_s: float = 20.0
+    stable_tol: float = 0.01  # the median moved less than this (relative) over the last quarter
+    calls: int = 1  # calls per timed sample (convnet-benchmarks: blocks of 10)
+    fixed: int = 0  # protocols with a fixed count: exactly this many samples, no warm-up rules
+    discard: int = 0  # leading samples dropped (cnn-benchmarks: the first of 11)
+    dry: int = 0  # untimed runs before a fixed count (convnet-benchmarks: 10)
+
+    def scaled(self, budget_s: float) -> Policy:
+        """The same policy squeezed into ``budget_s`` seconds of measuring per case."""
+        if self.fixed:
+            return self
+        f = min(1.0, budget_s / max(self.max_s + self.warmup_max_s, 1e-9))
+        return replace(self, warmup_s=self.warmup_s * f, warmup_max_s=self.warmup_max_s * f,
+                       min_s=self.min_s * f, max_s=max(self.max_s * f, 0.05),
+                       min_iters=max(3, int(self.min_iters * max(f, 0.3))),
+                       max_iters=max(5, int(self.max_iters * max(f, 0.3))))
+
+
+@dataclass
+class Timing:
+    samples_ms: list[list[float]] = field(default_factory=list)  # per phase
+    warmup_iters: int = 0
+    warmup_s: float = 0.0
+    first_ms: list[float] = field(default_factory=list)  # the very first call's phases
+    steady: bool = True  # warm-up reached steady state (False: it ran into warmup_max_s)
+    stable: bool = True  # the median settled before the caps
+
+
+def _sample(phases: list[Phase], sync: Callable[[], None], i: int, calls: int,
+            clock: Callable[[], float]) -> list[float]:
+    out = []
+    for phase in phases:
+        sync()
+        t0 = clock()
+        for k in range(calls):
+            phase(i * calls + k)
+        sync()
+        out.append((clock() - t0) * 1000.0 / calls)
+    return out
+
+
+def measure(phases: list[Phase], sync: Callable[[], None], policy: Policy,
+            clock: Callable[[], float] = time.perf_counter) -> Timing:
+    t = Timing(samples_ms=[[] for _ in phases])
+    t.first_ms = _sample(phases, sync, 0, 1, clock)
+    if policy.fixed:
+        for i in range(policy.dry):
+            for phase in phases:
+                phase(i)
+        rows = [_sample(phases, sync, i + 1, policy.calls, clock) for i in range(policy.fixed)]
+        for row in rows[policy.discard:]:
+            for p, v in enumerate(row):
+                t.samples_ms[p].append(v)
+        return t
+    t.warmup_iters, t.warmup_s, t.steady = _warm_up(phases, sync, policy, clock)
+    start, i = clock(), 0
+    while True:
+        i += 1
+        for p, v in enumerate(_sample(phases, sync, t.warmup_iters + i, policy.calls, clock)):
+            t.samples_ms[p].append(v)
+        elapsed = clock() - start
+        if i >= policy.max_iters or elapsed >= policy.max_s:
+            t.stable = i >= policy.min_iters and _settled(t.samples_ms[0], policy.stable_tol)
+            return t
+        if i >= policy.min_iters and elapsed >= policy.min_s and _settled(t.samples_ms[0], policy.stable_tol):
+            return t
+
+
+def _warm_up(phases: list[Phase], sync: Callable[[], None], policy: Policy,
+             clock: Callable[[], float]) -> tuple[int, float, bool]:
+    start, totals = clock(), []
+    while True:
+        totals.append(sum(_sample(phases, sync, len(totals) + 1, policy.calls, clock)))
+        elapsed = clock() - start
+        if elapsed >= policy.warmup_max_s:
+            return len(totals), elapsed, False
+        w = policy.steady_window
+        if len(totals) >= max(policy.warmup_iters, 2 * w) and elapsed >= policy.warmup_s:
+            last, prev = np.median(totals[-w:]), np.median(totals[-2 * w:-w])
+            if abs(last - prev) <= policy.steady_tol * prev:
+                return len(totals), elapsed, True
+
+
+def _settled(samples: list[float], tol: float) -> bool:
+    """The median of all samples differs by less than ``tol`` from the median without the last quarter."""
+    n = len(samples)
+    if n < 4:
+        return False
+    head = np.median(samples[: n - max(1, n // 4)])
+    return bool(abs(np.median(samples) - head) <= tol * head)
