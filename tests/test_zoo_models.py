@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from convert.api import convert
-from zoo.catalogue import CAFFE, CATALOGUE
-from zoo.pipeline import describe, resolve
+from zoo.catalogue import CAFFE, CATALOGUE, LUA_ENTRIES
+from zoo.pipeline import convert_target, describe, resolve
 
 # name: (GMACs per image at the catalogue's input size, parameters in millions)
 FACTS = {"alexnet": (0.724, 60.97), "googlenet": (1.583, 7.00), "vgg16": (15.47, 138.36),
@@ -45,3 +45,36 @@ def test_zoo_model_converts_and_verifies(name: str, tmp_path: Path) -> None:
     assert res.report["status"] == "verified", v
     assert v["opencv"].get("ok") is True, v["opencv"]  # the zoo uses only layers OpenCV reads
     assert v["pytorch"]["top1"] == 1.0 and v["onnxruntime"]["top1"] == 1.0
+
+
+# The Lua definitions (Torch7 style) against the Caffe definitions of the same networks. ResNet-50
+# to 152 differ in multiply-adds only: fb.resnet.torch strides the 3x3 convolution of a bottleneck,
+# KaimingHe's Caffe release the first 1x1 (4.089 vs 3.858 G for ResNet-50).
+SAME_AS = {"alexnet-owt-lua": "alexnet-owt", "overfeat-fast-lua": "overfeat-fast", "vgg-a-lua": "vgg-a",
+           "googlenet-lua": "googlenet", **{f"resnet{d}-lua": f"resnet{d}" for d in (18, 34, 50, 101, 152, 200)}}
+LUA_MACS = {"resnet50-lua": 4.089, "resnet101-lua": 7.801, "resnet152-lua": 11.514}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_AS))
+def test_lua_definitions_match_the_caffe_ones(name: str) -> None:
+    lua, caffe = describe(resolve(name)), describe(resolve(SAME_AS[name]))
+    assert lua.param_count() == caffe.param_count()
+    if name in LUA_MACS:
+        assert abs(lua.macs() / 1e9 - LUA_MACS[name]) < 0.001
+    else:
+        assert lua.macs() == caffe.macs()
+
+
+def test_every_lua_entry_is_compared() -> None:
+    assert {e.name for e in LUA_ENTRIES} == set(SAME_AS)
+
+
+# Lua definitions fix their fully connected sizes (nn.View(256*6*6)), so they run at full size;
+# the heavier ones are left to `zoo convert --all`.
+@pytest.mark.parametrize("name", ["alexnet-owt-lua", "googlenet-lua", "resnet18-lua", "resnet50-lua"])
+def test_lua_model_converts_and_verifies(name: str, tmp_path: Path) -> None:
+    res = convert_target(resolve(name), out=tmp_path)
+    v = res.report["verification"]["backends"]
+    assert res.report["status"] == "verified", v
+    assert res.report["inputs"] == {"input": [1, 3, 224, 224]} and res.report["outputs"] == ["output"]
+    assert v["pytorch"]["top1"] == 1.0

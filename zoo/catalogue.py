@@ -35,7 +35,15 @@ CAFFE = [
     _caffe("resnet152"), _caffe("resnet200"),
 ]
 
-LUA_ENTRIES: list[Entry] = []
+def _lua(name: str, hw: int = 224, convnet_batch: int | None = None, depth: int = 0) -> Entry:
+    if depth:
+        return Entry(f"resnet{depth}-lua", LUA / "resnet.lua", (3, hw, hw), None, {"depth": str(depth)},
+                     "fb.resnet.torch style" + ("; stride on the 3x3 (Caffe: on the 1x1)" if 50 <= depth <= 152 else ""))
+    return Entry(f"{name}-lua", LUA / f"{name}.lua", (3, hw, hw), convnet_batch, {}, "convnet-benchmarks style")
+
+
+LUA_ENTRIES = [_lua("alexnet-owt", 224, 128), _lua("overfeat-fast", 231, 128), _lua("vgg-a", 224, 64),
+               _lua("googlenet", 224, 128)] + [_lua("resnet", depth=d) for d in (18, 34, 50, 101, 152, 200)]
 
 CATALOGUE: dict[str, Entry] = {e.name: e for e in CAFFE + LUA_ENTRIES}
 

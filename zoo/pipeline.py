@@ -13,7 +13,7 @@ from convert.artifacts import Converted
 from convert.errors import ConvertError
 from convert.ir import Graph, Shape
 
-from .catalogue import CATALOGUE, Entry, find
+from .catalogue import CATALOGUE, ROOT, Entry, find
 
 MODELS = Path("outputs/models")
 
@@ -46,16 +46,23 @@ def targets(specs: list[str], all_: bool) -> list[Target]:
     return [resolve(s) for s in specs]
 
 
+def default_shapes(t: Target, shapes: dict[str, Shape] | None) -> dict[str, Shape] | None:
+    """A Torch7 file carries no input shape: the zoo's own definitions take the catalogue's."""
+    if shapes or t.entry is None or t.entry.framework != "torch7":
+        return shapes
+    return {"input": (1, *t.entry.input)}
+
+
 def convert_target(t: Target, out: Path = MODELS, weights: Path | None = None,
                    shapes: dict[str, Shape] | None = None, seed: int = 0, check: bool = True,
                    args: dict[str, str] | None = None) -> Converted:
-    return convert(t.source, weights, out, shapes, seed, check, name=t.name,
+    return convert(t.source, weights, out, default_shapes(t, shapes), seed, check, name=t.name,
                    args={**t.args, **(args or {})})
 
 
 def describe(t: Target, shapes: dict[str, Shape] | None = None) -> Graph:
     """The graph with placeholder weights: enough for shapes, parameters and multiply-adds."""
-    return load(t.source, None, shapes, seed=None, args=t.args).graph
+    return load(t.source, None, default_shapes(t, shapes), seed=None, args=t.args).graph
 
 
 def layer_rows(g: Graph) -> list[dict[str, Any]]:
@@ -82,7 +89,7 @@ def catalogue_rows(out: Path = MODELS) -> list[dict[str, Any]]:
     for e in CATALOGUE.values():
         g = describe(Target(e.name, e.source, dict(e.args), e))
         batch = next(iter(g.inputs.values()))[0]
-        rows.append({"name": e.name, "source": str(e.source.relative_to(e.source.parents[1])),
+        rows.append({"name": e.name, "source": str(e.source.relative_to(ROOT)),
                      "input": "x".join(map(str, e.input)), "params": g.param_count(),
                      "gmacs": g.macs() / batch / 1e9, "status": status_of(e.name, out)})
     return rows

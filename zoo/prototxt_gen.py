@@ -196,7 +196,7 @@ def resnet(depth: int) -> Net:
 ResNet-{depth}: He et al., "Deep Residual Learning for Image Recognition", CVPR 2016;
 {about}.""")
     x = n.relu("conv1_relu", n.bn("_conv1", n.conv("conv1", "data", 64, 7, s=2, p=3, bias=False)))
-    x = n.pool("pool1", x, 3, 2, p=1 if kind == "preact" else 0)
+    x = n.pool("pool1", x, 3, 2)  # Caffe rounds up: 112 -> 56 without padding
     width = 64
     for stage, count in enumerate(blocks, start=2):
         for i in range(count):
