@@ -16,8 +16,9 @@ from convert.errors import ConvertError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Convert, verify and benchmark the classic CNN model zoo (Caffe, Torch7).")
-out = Console()
-err = Console(stderr=True)
+# Wide tables stay readable in logs and CI (rich would assume 80 columns off a terminal).
+out = Console() if sys.stdout.isatty() else Console(width=160)
+err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -157,6 +158,38 @@ def info_cmd(model: str = typer.Argument(..., help="A model file or zoo name."),
     out.print(f"inputs {dict(g.inputs)}  outputs {g.outputs}", highlight=False)
     out.print(f"parameters {g.param_count():,}   multiply-adds {g.macs():,} "
               f"({g.macs() / batch / 1e9:.3f} G per image)", highlight=False)
+
+
+@app.command("bench")
+@user_errors
+def bench_cmd(
+    models: list[str] = typer.Argument(None, help="Zoo names or model files."),
+    all_: bool = typer.Option(False, "--all", help="Every model of the zoo (or of the protocol)."),
+    gpu: Optional[int] = typer.Option(None, help="CUDA device index; without it, the CPU."),
+    runtime: list[str] = typer.Option(None, help="Runtimes (repeatable); default: all."),
+    precision: list[str] = typer.Option(None, help="fp32, fp16, bf16 (repeatable)."),
+    layout: list[str] = typer.Option(None, help="nchw, channels_last (repeatable); default nchw."),
+    batch: list[int] = typer.Option(None, help="Batch sizes (repeatable); default 1."),
+    mode: str = typer.Option("inference", help="inference, training or both."),
+    protocol: str = typer.Option("zoo", help="zoo, cnn-benchmarks or convnet-benchmarks."),
+    layers: bool = typer.Option(False, "--layers", help="convnet-benchmarks' L1-L5 convolutions."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Results file (default outputs/results/<machine>/<time>.json)."),
+    resume: bool = typer.Option(False, help="Continue the --out file: skip the cases it has."),
+    dry_run: bool = typer.Option(False, help="List the cases and an estimated duration."),
+    budget: Optional[float] = typer.Option(None, help="Seconds for the whole sweep: iteration counts shrink to fit."),
+    quick: bool = typer.Option(False, help="A few models, few iterations (about 3 minutes on 2 cores)."),
+    threads: Optional[int] = typer.Option(None, help="Threads for every runtime (default: physical cores)."),
+    isolate: bool = typer.Option(True, help="Each case in a fresh process (default)."),
+    timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
+    seed: int = typer.Option(0),
+) -> None:
+    """Time converted models under identical conditions across runtimes, devices and precisions."""
+    from .bench_cli import run_bench
+
+    run_bench(out, err, models=models or [], all_=all_, gpu=gpu, runtimes=runtime or [],
+              precisions=precision or [], layouts=layout or [], batches=batch or [], mode=mode,
+              protocol=protocol, layers=layers, out_file=out_file, resume=resume, dry_run=dry_run,
+              budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed)
 
 
 def run() -> None:

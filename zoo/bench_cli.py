@@ -1,0 +1,154 @@
+"""``zoo bench``: checks the request, builds the cases, runs the sweep with a progress bar, prints
+the summary. (The command itself is declared in cli.py.)"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bench import env as benv
+from bench import results, sweep
+from bench.cases import PROTOCOLS, default_precisions
+from convert.errors import ConvertError
+
+from . import benchmark
+
+MODES = ("inference", "training", "both")
+PRECISIONS = ("fp32", "fp16", "bf16")
+LAYOUTS = ("nchw", "channels_last")
+
+
+def check_request(*, gpu: int | None, runtimes: list[str], precisions: list[str], layouts: list[str],
+                  batches: list[int], mode: str, protocol: str, threads: int | None) -> str:
+    """Validate the options; returns the device string. Bad input -> ConvertError (exit 2)."""
+    bad = [r for r in runtimes if r not in benchmark.BENCH_RUNTIMES]
+    if bad:
+        raise ConvertError(f"unknown runtime {bad[0]!r} (choose from {', '.join(benchmark.BENCH_RUNTIMES)})")
+    for value, allowed, what in ((precisions, PRECISIONS, "precision"), (layouts, LAYOUTS, "layout")):
+        wrong = [v for v in value if v not in allowed]
+        if wrong:
+            raise ConvertError(f"unknown {what} {wrong[0]!r} (choose from {', '.join(allowed)})")
+    if mode not in MODES:
+        raise ConvertError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
+    if protocol not in PROTOCOLS:
+        raise ConvertError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
+    if any(b <= 0 for b in batches):
+        raise ConvertError(f"--batch must be positive, got {min(batches)}")
+    if threads is not None and threads <= 0:
+        raise ConvertError(f"--threads must be positive, got {threads}")
+    if gpu is None:
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ConvertError(f"--gpu {gpu}: CUDA is not available (torch {torch.__version__} is {build})")
+    if not 0 <= gpu < torch.cuda.device_count():
+        raise ConvertError(f"--gpu {gpu}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return f"cuda:{gpu}"
+
+
+def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu: int | None,
+              runtimes: list[str], precisions: list[str], layouts: list[str], batches: list[int],
+              mode: str, protocol: str, layers: bool, out_file: Path | None, resume: bool,
+              dry_run: bool, budget: float | None, quick: bool, threads: int | None, isolate: bool,
+              timeout: float, seed: int) -> None:
+    device = check_request(gpu=gpu, runtimes=runtimes, precisions=precisions, layouts=layouts,
+                           batches=batches, mode=mode, protocol=protocol, threads=threads)
+    if layers and protocol == "zoo":
+        protocol = "convnet-benchmarks"  # the layer-wise set is that project's
+    threads = threads or benv.physical_cores()
+    runtimes = runtimes or (["torch", "onnxruntime", "opencv"] if quick else benchmark.BENCH_RUNTIMES)
+    precisions = precisions or default_precisions(device)
+    recorder = None
+    if resume:
+        if out_file is None:
+            raise ConvertError("--resume needs --out FILE (the results file to continue)")
+        try:
+            recorder = results.Recorder(out_file, {}, resume=True)
+        except results.ResultsError as e:
+            raise ConvertError(str(e)) from None
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("preparing models", total=None)
+
+        def prep(i: int, n: int, name: str) -> None:
+            bar.update(task, total=n, completed=i, description=f"converting/verifying {name}")
+
+        cases = benchmark.build(models, all_=all_, protocol=protocol, layers=layers, device=device,
+                                runtimes=runtimes, precisions=precisions, layouts=layouts or ["nchw"],
+                                batches=batches or [1], mode=mode, threads=threads, seed=seed,
+                                quick=quick, dry_run=dry_run, progress=prep)
+    if budget:
+        cases = sweep.fit_budget(cases, budget)
+    if dry_run:
+        _dry_run(out, cases, device)
+        return
+    env = benv.capture(threads, gpu)
+    path = out_file or benchmark.default_results_path(env)
+    recorder = recorder or results.Recorder(path, env)
+    peaks = _peaks(err, recorder, device, precisions, threads, isolate)
+    for c in cases:
+        c.gemm_peak_tflops = peaks.get(c.precision)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(), console=err) as bar:
+        task = bar.add_task("timing", total=len(cases), eta="?")
+
+        def progress(i: int, n: int, case: Any, row: Any, eta: float) -> None:
+            label = f"{case.model} {case.runtime} {case.precision} b{case.batch} {case.mode}"
+            bar.update(task, total=n, completed=i, description=label,
+                       eta="?" if math.isnan(eta) else f"{eta:.0f}s")
+
+        rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress)
+    out.print(summary_table(rows))
+    out.print(f"results: {benchmark.relative(path)}", highlight=False)
+
+
+def _peaks(err: Console, recorder: results.Recorder, device: str, precisions: list[str], threads: int,
+           isolate: bool) -> dict[str, float | None]:
+    have = recorder.doc["env"].get("gemm_peak", {}).get(device, {})
+    for p in precisions:
+        if p not in have:
+            err.print(f"measuring the {device} GEMM peak ({p})", highlight=False)
+            have[p] = sweep.gemm_peak(device, p, threads, isolate)
+    recorder.set_env("gemm_peak", {device: have})
+    return {p: v.get("tflops") for p, v in have.items()}
+
+
+def _dry_run(out: Console, cases: list[Any], device: str) -> None:
+    guess = 0.05 if device == "cpu" else 50.0  # TFLOP/s, a rough device rate for the estimate
+    table = Table("model", "runtime", "precision", "layout", "batch", "mode", "protocol", "est. s")
+    total = 0.0
+    for c in cases:
+        est = sweep.estimate(c, guess)
+        total += est
+        table.add_row(c.model, c.runtime, c.precision, c.layout, str(c.batch), c.mode, c.protocol, f"{est:.0f}")
+    out.print(table)
+    out.print(f"{len(cases)} cases, about {total / 60:.1f} minutes (rough: assumes ~30% of "
+              f"{guess} TFLOP/s plus {sweep.STARTUP_S:.0f} s start-up per case)", highlight=False)
+
+
+def _ms(stats: dict[str, Any] | None) -> str:
+    if not stats:
+        return "-"
+    med, iqr = stats["median_ms"], stats["iqr_ms"]
+    digits = max(0, min(3, -int(math.floor(math.log10(iqr))) + 1)) if iqr > 0 else 2
+    return f"{med:.{digits}f} ± {iqr:.{digits}f}"
+
+
+def summary_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("model", "runtime", "device", "prec", "batch", "mode", "status", "forward ms",
+                  "backward ms", "img/s", "max rel err", title="median ± IQR")
+    for r in rows:
+        v = r.get("verification") or {}
+        table.add_row(r["model"], r["runtime"], r["device"], r["precision"], str(r["batch"]), r["mode"],
+                      r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')}"[:60],
+                      _ms(r.get("forward")), _ms(r.get("backward")),
+                      f"{r['images_per_s']:.1f}" if r.get("images_per_s") else "-",
+                      f"{v['max_rel']:.1e}" if v.get("max_rel") is not None else "-")
+    return table

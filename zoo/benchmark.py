@@ -1,0 +1,283 @@
+"""The pipeline convert -> verify -> bench: artifacts per model and input shape (cached while the
+source is unchanged), float64 reference outputs for the benchmark inputs, and the case matrix."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.cases import LAYERS, PROTOCOLS, Case, Protocol
+from bench.runtimes import RUNTIMES
+from bench.timing import Policy
+from bench.worker import TOLERANCE, make_inputs
+from convert import __version__, artifacts, reference
+from convert.api import load
+from convert.errors import ConvertError
+from convert.ir import Graph, Node
+
+from .catalogue import CATALOGUE, ROOT
+from .pipeline import MODELS, Target, default_shapes, resolve
+
+log = logging.getLogger(__name__)
+CACHE = Path("outputs/cache")
+BENCH_RUNTIMES = [r for r in RUNTIMES if r != "gemm-peak"]
+QUICK_MODELS = ["alexnet", "googlenet", "resnet18"]
+# zoo protocol on a CPU: enough samples for a stable median at 2 cores, a 20-minute --all.
+CPU_POLICY = Policy(warmup_iters=2, warmup_s=0.2, warmup_max_s=4.0, min_iters=5, min_s=0.5,
+                    max_iters=50, max_s=4.0, stable_tol=0.02)
+QUICK_POLICY = Policy(warmup_iters=1, warmup_s=0.0, warmup_max_s=1.0, min_iters=3, min_s=0.1,
+                      max_iters=10, max_s=1.0, stable_tol=0.05)
+
+
+@dataclass
+class Prepared:
+    """A model ready to time at one input shape: its artifact dir and what the cases need."""
+
+    target: Target
+    art: Path
+    info: dict[str, Any]
+    status: str = ""  # "" ok; "unverified" / "error" with reason
+    reason: str = ""
+
+
+def layer_targets() -> list[Target]:
+    """convnet-benchmarks' L1-L5 convolutions as one-layer prototxts (batch 128, stride 1, no pad)."""
+    d = CACHE / "layers"
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, cin, cout, k, hw in LAYERS:
+        p = d / f"{name}.prototxt"
+        text = (f'name: "{name}"\ninput: "data" input_dim: 128 input_dim: {cin} input_dim: {hw} '
+                f'input_dim: {hw}\nlayer {{ name: "conv" type: "Convolution" bottom: "data" '
+                f'top: "conv" convolution_param {{ num_output: {cout} kernel_size: {k} }} }}\n')
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+        out.append(Target(name, p, {}))
+    return out
+
+
+def strip_ops(g: Graph, kinds: tuple[str, ...]) -> Graph:
+    """The graph without single-input ops of ``kinds`` (convnet-benchmarks: no dropout, no softmax)."""
+    rename: dict[str, str] = {}
+    nodes: list[Node] = []
+    for n in g.nodes:
+        ins = tuple(rename.get(i, i) for i in n.inputs)
+        if n.op.kind in kinds and len(ins) == 1 and len(n.outputs) == 1:
+            rename[n.outputs[0]] = ins[0]
+            continue
+        nodes.append(Node(n.op, ins, n.outputs, n.name, n.attr))
+    outs = [rename.get(o, o) for o in g.outputs]
+    meta = {**g.meta, "stripped": list(kinds)}
+    return Graph(dict(g.inputs), outs, nodes, g.weights, g.shapes, meta)
+
+
+def _fresh(art: Path, source: Path, shapes: dict[str, list[int]], seed: int) -> dict[str, Any] | None:
+    """convert.json of a cached artifact if it still matches the source, shapes and seed."""
+    try:
+        info = json.loads((art / "convert.json").read_text())
+    except (OSError, ValueError):
+        return None
+    same = (info.get("source_fingerprint") == artifacts.fingerprint(str(source.resolve()))
+            and info.get("zoo_version") == __version__ and info.get("seed") == seed
+            and all(info["inputs"].get(k) == list(v) for k, v in shapes.items()))
+    return info if same else None
+
+
+def prepare(t: Target, shape: tuple[int, ...] | None, strip: tuple[str, ...], seed: int) -> Prepared:
+    """Convert (or reuse) the artifact of ``t`` at input ``shape`` (batch 1 unless the graph needs
+    its real batch), verified; convnet-benchmarks variants are stripped."""
+    if shape:
+        first = next(iter(load(t.source, None, default_shapes(t, None), seed=None, args=t.args).graph.inputs))
+        shapes = {first: shape}
+    else:
+        shapes = default_shapes(t, None)
+    base = load(t.source, None, shapes, seed=None, args=t.args).graph  # shapes only: cheap
+    shapes = {k: v for k, v in base.inputs.items()}
+    dyn = base.dynamic_batch()
+    if dyn:
+        shapes = {k: (1, *v[1:]) for k, v in shapes.items()}
+    default = _is_default(t, shapes) and not strip
+    tag = "x".join(map(str, next(iter(shapes.values()))))
+    art = MODELS / t.name if default else CACHE / f"{t.name}-{tag}{'-' + '-'.join(strip) if strip else ''}"
+    info = _fresh(art, t.source, {k: list(v) for k, v in shapes.items()}, seed)
+    if info is None:
+        try:
+            info = _convert(t, art, shapes, strip, seed)
+        except ConvertError as e:
+            return Prepared(t, art, {}, "error", f"conversion failed: {e}")
+    if info["status"] != "verified":
+        div = info["verification"].get("first_divergence") or {}
+        where = f" (first divergence: layer {div.get('layer')!r})" if div else ""
+        return Prepared(t, art, info, "unverified", f"conversion did not verify{where}")
+    return Prepared(t, art, info)
+
+
+def _is_default(t: Target, shapes: dict[str, tuple[int, ...]]) -> bool:
+    if t.entry is None:
+        return False
+    dims = next(iter(shapes.values()))
+    return tuple(dims[1:]) == t.entry.input
+
+
+def _convert(t: Target, art: Path, shapes: dict[str, tuple[int, ...]], strip: tuple[str, ...],
+             seed: int) -> dict[str, Any]:
+    from convert.api import convert, load as load_full
+
+    log.info("converting %s at %s", t.name, shapes)
+    if not strip:
+        return convert(t.source, None, art.parent, shapes, seed, name=art.name, args=t.args).report
+    loaded = load_full(t.source, None, shapes, seed, t.args)
+    g = strip_ops(loaded.graph, strip)
+    # the stripped net is not the original file any more: no OpenCV comparison for it
+    return artifacts.write(g, art, loaded.extra).report
+
+
+def reference_outputs(p: Prepared, batch: int, seed: int, n_inputs: int) -> Path:
+    """Float64 outputs for the first benchmark input (its first two samples when the graph is
+    batch-independent, which is all a check needs); cached beside the artifact."""
+    path = p.art / f"bench-reference-b{batch}-s{seed}-n{n_inputs}.npz"
+    if path.exists():
+        return path
+    g = artifacts.load_graph(p.art)
+    shapes = {k: [batch, *v[1:]] for k, v in g.inputs.items()}
+    x = make_inputs(shapes, seed, 1)[0]  # make_inputs(.., n)[0] is the same array for any n
+    k = min(batch, 2) if p.info.get("dynamic_batch") else batch
+    if p.info.get("dynamic_batch"):
+        g.inputs = {n: (k, *s[1:]) for n, s in g.inputs.items()}
+    outs = reference.run(g, {n: v[:k] for n, v in x.items()})
+    np.savez(path, **{f"o{i}": outs[o] for i, o in enumerate(g.outputs)})
+    return path
+
+
+def original_files(p: Prepared) -> dict[str, Any] | None:
+    """What OpenCV loads: the original definition and weights (None for stripped variants)."""
+    info = p.info
+    if info.get("stripped") or not info.get("source"):
+        return None
+    src = Path(info["source"])
+    w = info.get("weights")
+    if info["framework"] == "caffe":
+        weights = w if w and w != "random (seeded)" else str(p.art / "random.caffemodel")
+        ir = json.loads((p.art / "ir.json").read_text())
+        first = {n["outputs"][0]: n["name"] for n in ir["nodes"]}
+        outs = {o: first[o] for o in info["outputs"] if o in first}
+        return {"framework": "caffe", "source": str(src), "weights": weights, "outputs": outs}
+    t7 = str(src) if src.suffix != ".lua" else str(p.art / "random.t7")
+    return {"framework": "torch7", "source": t7, "weights": None, "outputs": {}}
+
+
+def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str],
+               precisions: list[str], layouts: list[str], batch: int, modes: list[str],
+               threads: int, seed: int, policy: Policy) -> list[Case]:
+    info = p.info
+    fmt = info.get("framework") or (p.target.entry.framework if p.target.entry else "")
+    cases = []
+    if info:
+        shapes = {k: [batch, *v[1:]] for k, v in info["inputs"].items()}
+        ir = json.loads((p.art / "ir.json").read_text())
+        out_shapes = [[batch, *ir["shapes"][o][1:]] for o in info["outputs"]]
+        gflops = 2 * info["macs_per_image"] / 1e9
+    else:
+        shapes, out_shapes, gflops = {}, [], None
+    ref = str(reference_outputs(p, batch, seed, proto.n_inputs)) if not p.status else None
+    original = original_files(p) if not p.status else None
+    for rt in runtimes:
+        for prec in precisions:
+            for layout in layouts:
+                for mode in modes:
+                    cases.append(Case(
+                        model=p.target.name, source_format=fmt, artifact=str(p.art), runtime=rt,
+                        device=device, precision=prec, layout=layout, batch=batch, mode=mode,
+                        protocol=proto.name, threads=threads, input_shapes=shapes,
+                        output_shapes=out_shapes, policy=policy.__dict__, seed=seed,
+                        n_inputs=proto.n_inputs, grad_input=proto.grad_input, out_grad=proto.out_grad,
+                        retain_graph=proto.retain_graph, gflops_per_image=gflops, reference=ref,
+                        original=original, status=p.status, reason=p.reason))
+    return cases
+
+
+def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, quick: bool) -> list[Target]:
+    if layers:
+        return layer_targets()
+    if all_:
+        return [resolve(n) for n in (proto.models or CATALOGUE)]
+    if specs:
+        return [resolve(s) for s in specs]
+    if proto.models:
+        return [resolve(n) for n in proto.models]
+    if quick:
+        return [resolve(n) for n in QUICK_MODELS]
+    raise ConvertError("name models (zoo names or files), or give --all, --quick or --layers")
+
+
+def build(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers: bool = False,
+          device: str = "cpu", runtimes: list[str], precisions: list[str], layouts: list[str],
+          batches: list[int], mode: str = "inference", threads: int = 1, seed: int = 0,
+          quick: bool = False, dry_run: bool = False,
+          progress: Any = None) -> list[Case]:
+    """All cases of a sweep (converting and verifying what is missing, unless ``dry_run``)."""
+    proto = PROTOCOLS[protocol]
+    ts = targets_for(specs, all_, proto, layers, quick)
+    policy = QUICK_POLICY if quick else (CPU_POLICY if proto.name == "zoo" and device == "cpu" else proto.policy)
+    modes = [proto.mode] if proto.mode else (["inference", "training"] if mode == "both" else [mode])
+    cases: list[Case] = []
+    for i, t in enumerate(ts):
+        if progress:
+            progress(i, len(ts), t.name)
+        hw = proto.hw_of(t.name)
+        bs = sorted({proto.batch_of(t.name, b) for b in batches})
+        for b in bs:
+            if dry_run:
+                p = _describe_only(t, hw)
+            else:
+                shape = (b, 3, hw, hw) if hw else None
+                p = prepare(t, shape, proto.strip, seed)
+                if p.info and not p.info.get("dynamic_batch") and p.info["inputs"] and \
+                        next(iter(p.info["inputs"].values()))[0] != b:
+                    p = prepare(t, (b, *next(iter(p.info["inputs"].values()))[1:]), proto.strip, seed)
+            cases += plan_cases(p, proto, device=device, runtimes=runtimes, precisions=precisions,
+                                layouts=layouts, batch=b, modes=modes, threads=threads, seed=seed,
+                                policy=policy) if not dry_run else _dry_cases(
+                p, proto, device, runtimes, precisions, layouts, b, modes, threads, policy)
+    return cases
+
+
+def _describe_only(t: Target, hw: int | None) -> Prepared:
+    from .pipeline import describe
+
+    g = describe(t)
+    if hw:
+        g = describe(t, {next(iter(g.inputs)): (1, 3, hw, hw)})
+    batch = next(iter(g.inputs.values()))[0]
+    info = {"inputs": {k: list(v) for k, v in g.inputs.items()}, "outputs": g.outputs,
+            "macs_per_image": g.macs() // batch}
+    return Prepared(t, MODELS / t.name, info)
+
+
+def _dry_cases(p: Prepared, proto: Protocol, device: str, runtimes: list[str], precisions: list[str],
+               layouts: list[str], b: int, modes: list[str], threads: int, policy: Policy) -> list[Case]:
+    gflops = 2 * p.info["macs_per_image"] / 1e9
+    return [Case(model=p.target.name, source_format="", artifact=str(p.art), runtime=rt, device=device,
+                 precision=pr, layout=la, batch=b, mode=m, protocol=proto.name, threads=threads,
+                 input_shapes={k: [b, *v[1:]] for k, v in p.info["inputs"].items()}, output_shapes=[],
+                 policy=policy.__dict__, gflops_per_image=gflops)
+            for rt in runtimes for pr in precisions for la in layouts for m in modes]
+
+
+def default_results_path(env: dict[str, Any]) -> Path:
+    from bench.env import machine_name
+
+    return Path("outputs/results") / machine_name(env) / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def relative(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
