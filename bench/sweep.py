@@ -4,8 +4,9 @@ the results file, report progress. Also the GEMM peak and the dry-run duration e
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from .cases import Case
 from .results import Recorder, key

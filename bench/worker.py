@@ -4,6 +4,7 @@ turns a crash, a timeout or an out-of-memory kill into an ``error`` row."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -56,6 +57,8 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Load, verify and time one case in this process; returns its results row."""
     from .runtimes import RUNTIMES
 
+    if case.get("plugin"):  # a module registering extra runtimes (tests use fake ones)
+        importlib.import_module(case["plugin"])
     started = time.perf_counter()
     row = base_row(case)
     set_threads(case["threads"])

@@ -24,7 +24,8 @@ class IsolatedError(Exception):
     """The function raised or the process died; the message is one line."""
 
 
-def call(func: str, feeds: dict[str, np.ndarray], timeout: float = 900, **kwargs: Any) -> tuple[dict[str, np.ndarray], int]:
+def call(func: str, feeds: dict[str, np.ndarray], timeout: float = 900,
+         **kwargs: Any) -> tuple[dict[str, np.ndarray], int]:
     """Run ``module:function(feeds, **kwargs)`` in a child; returns (outputs, child's peak RSS bytes)."""
     with tempfile.TemporaryDirectory(prefix="zoo-iso-") as tmp:
         d = Path(tmp)

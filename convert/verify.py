@@ -6,14 +6,15 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from . import reference
-from .isolate import IsolatedError
 from .ir import Graph, release_mapped
+from .isolate import IsolatedError
 from .torch_emit import import_model, variable_names
 
 log = logging.getLogger(__name__)

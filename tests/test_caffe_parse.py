@@ -94,7 +94,8 @@ layers {{ name: "c" type: CONVOLUTION bottom: "data" top: "c" param {{ lr_mult: 
 
 
 @pytest.mark.parametrize("body,where,what", [
-    ('name: "x"\nlayer { name: "a" type: "ReLU" bottom: "data" top: "b" ', "2:56", "'{' at line 2, column 7 is never closed"),
+    ('name: "x"\nlayer { name: "a" type: "ReLU" bottom: "data" top: "b" ', "2:56",
+     "'{' at line 2, column 7 is never closed"),
     ('input: "data"\ninput_dim: 1.5', "2:12", "expected an integer"),
     ('layer {\n  name: "a"\n  type: "Pooling" pooling_param { pool: MEDIAN } }', "3:41", "expected one of MAX"),
     ('layer { name "a" }', "1:14", "expected ':'"),

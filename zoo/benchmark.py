@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from bench.cases import LAYERS, PROTOCOLS, Case, Protocol
-from bench.runtimes import RUNTIMES
 from bench.timing import Policy
-from bench.worker import TOLERANCE, make_inputs
+from bench.worker import make_inputs
 from convert import __version__, artifacts, reference
 from convert.api import load
 from convert.errors import ConvertError
@@ -26,7 +25,7 @@ from .pipeline import MODELS, Target, default_shapes, resolve
 
 log = logging.getLogger(__name__)
 CACHE = Path("outputs/cache")
-BENCH_RUNTIMES = [r for r in RUNTIMES if r != "gemm-peak"]
+BENCH_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "onnxruntime-trt", "opencv"]
 QUICK_MODELS = ["alexnet", "googlenet", "resnet18"]
 # zoo protocol on a CPU: enough samples for a stable median at 2 cores, a 20-minute --all.
 CPU_POLICY = Policy(warmup_iters=2, warmup_s=0.2, warmup_max_s=4.0, min_iters=5, min_s=0.5,
@@ -127,7 +126,8 @@ def _is_default(t: Target, shapes: dict[str, tuple[int, ...]]) -> bool:
 
 def _convert(t: Target, art: Path, shapes: dict[str, tuple[int, ...]], strip: tuple[str, ...],
              seed: int) -> dict[str, Any]:
-    from convert.api import convert, load as load_full
+    from convert.api import convert
+    from convert.api import load as load_full
 
     log.info("converting %s at %s", t.name, shapes)
     if not strip:
@@ -147,10 +147,11 @@ def reference_outputs(p: Prepared, batch: int, seed: int, n_inputs: int) -> Path
     g = artifacts.load_graph(p.art)
     shapes = {k: [batch, *v[1:]] for k, v in g.inputs.items()}
     x = make_inputs(shapes, seed, 1)[0]  # make_inputs(.., n)[0] is the same array for any n
-    k = min(batch, 2) if p.info.get("dynamic_batch") else batch
-    if p.info.get("dynamic_batch"):
-        g.inputs = {n: (k, *s[1:]) for n, s in g.inputs.items()}
-    outs = reference.run(g, {n: v[:k] for n, v in x.items()})
+    if p.info.get("dynamic_batch"):  # converted at batch 1: run the first samples one by one
+        runs = [reference.run(g, {n: v[i:i + 1] for n, v in x.items()}) for i in range(min(batch, 2))]
+        outs = {o: np.concatenate([r[o] for r in runs]) for o in g.outputs}
+    else:
+        outs = reference.run(g, x)
     np.savez(path, **{f"o{i}": outs[o] for i, o in enumerate(g.outputs)})
     return path
 

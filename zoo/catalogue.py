@@ -37,8 +37,8 @@ CAFFE = [
 
 def _lua(name: str, hw: int = 224, convnet_batch: int | None = None, depth: int = 0) -> Entry:
     if depth:
-        return Entry(f"resnet{depth}-lua", LUA / "resnet.lua", (3, hw, hw), None, {"depth": str(depth)},
-                     "fb.resnet.torch style" + ("; stride on the 3x3 (Caffe: on the 1x1)" if 50 <= depth <= 152 else ""))
+        note = "fb.resnet.torch style" + ("; stride on the 3x3 (Caffe: on the 1x1)" if 50 <= depth <= 152 else "")
+        return Entry(f"resnet{depth}-lua", LUA / "resnet.lua", (3, hw, hw), None, {"depth": str(depth)}, note)
     return Entry(f"{name}-lua", LUA / f"{name}.lua", (3, hw, hw), convnet_batch, {}, "convnet-benchmarks style")
 
 

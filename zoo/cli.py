@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -73,7 +74,7 @@ def _fmt(x: float | None) -> str:
 def convert_cmd(
     models: list[str] = typer.Argument(None, help="Model files (.prototxt, .t7, .lua) or zoo names."),
     all_: bool = typer.Option(False, "--all", help="Every model of the zoo."),
-    weights: Optional[Path] = typer.Option(None, help="Caffe weights (.caffemodel)."),
+    weights: Path | None = typer.Option(None, help="Caffe weights (.caffemodel)."),
     out_dir: Path = typer.Option(Path("outputs/models"), "--out", help="Artifacts go to OUT/<name>/."),
     input_shape: list[str] = typer.Option(None, help="NAME=N,C,H,W (repeatable)."),
     arg: list[str] = typer.Option(None, help="key=value for a Lua definition (repeatable)."),
@@ -165,7 +166,7 @@ def info_cmd(model: str = typer.Argument(..., help="A model file or zoo name."),
 def bench_cmd(
     models: list[str] = typer.Argument(None, help="Zoo names or model files."),
     all_: bool = typer.Option(False, "--all", help="Every model of the zoo (or of the protocol)."),
-    gpu: Optional[int] = typer.Option(None, help="CUDA device index; without it, the CPU."),
+    gpu: int | None = typer.Option(None, help="CUDA device index; without it, the CPU."),
     runtime: list[str] = typer.Option(None, help="Runtimes (repeatable); default: all."),
     precision: list[str] = typer.Option(None, help="fp32, fp16, bf16 (repeatable)."),
     layout: list[str] = typer.Option(None, help="nchw, channels_last (repeatable); default nchw."),
@@ -173,12 +174,13 @@ def bench_cmd(
     mode: str = typer.Option("inference", help="inference, training or both."),
     protocol: str = typer.Option("zoo", help="zoo, cnn-benchmarks or convnet-benchmarks."),
     layers: bool = typer.Option(False, "--layers", help="convnet-benchmarks' L1-L5 convolutions."),
-    out_file: Optional[Path] = typer.Option(None, "--out", help="Results file (default outputs/results/<machine>/<time>.json)."),
+    out_file: Path | None = typer.Option(
+        None, "--out", help="Results file (default outputs/results/<machine>/<time>.json)."),
     resume: bool = typer.Option(False, help="Continue the --out file: skip the cases it has."),
     dry_run: bool = typer.Option(False, help="List the cases and an estimated duration."),
-    budget: Optional[float] = typer.Option(None, help="Seconds for the whole sweep: iteration counts shrink to fit."),
+    budget: float | None = typer.Option(None, help="Seconds for the whole sweep: iteration counts shrink to fit."),
     quick: bool = typer.Option(False, help="A few models, few iterations (about 3 minutes on 2 cores)."),
-    threads: Optional[int] = typer.Option(None, help="Threads for every runtime (default: physical cores)."),
+    threads: int | None = typer.Option(None, help="Threads for every runtime (default: physical cores)."),
     isolate: bool = typer.Option(True, help="Each case in a fresh process (default)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
     seed: int = typer.Option(0),

@@ -6,7 +6,8 @@ Register with ``@layer("Type", ...)``; the function receives the Builder ``b`` a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

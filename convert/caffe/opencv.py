@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -40,7 +40,10 @@ def known_deviations(layers: list[Layer]) -> list[str]:
     return notes
 
 
-def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+Feeds = dict[str, np.ndarray]
+
+
+def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[Feeds], Feeds]:
     """A function running OpenCV's import of the original files (in a child process)."""
     first = {n.outputs[0]: n.name for n in g.nodes}  # OpenCV fetches a layer's first output by name
     wanted = {o: first[o] for o in g.outputs if o in first}

@@ -1,0 +1,131 @@
+"""The timing loop against callables of known duration, synchronization, and the stop rules."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from fake_runtimes import AsyncDevice
+
+from bench.stats import ratio_ci, summarize, verdict
+from bench.timing import Policy, measure
+
+FAST = Policy(warmup_iters=2, warmup_s=0.0, warmup_max_s=1.0, min_iters=10, min_s=0.0, max_iters=40,
+              max_s=3.0, stable_tol=0.05)
+
+
+def busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+def test_sleep_of_known_duration() -> None:
+    t = measure([lambda i: time.sleep(0.02)], lambda: None, FAST)
+    med = summarize(t.samples_ms[0])["median_ms"]
+    assert 20.0 <= med < 23.0, med
+
+
+def test_busy_loop_of_known_duration() -> None:
+    t = measure([lambda i: busy(5.0)], lambda: None, FAST)
+    assert 5.0 <= summarize(t.samples_ms[0])["median_ms"] < 5.6
+
+
+def test_phases_are_timed_separately() -> None:
+    t = measure([lambda i: busy(2.0), lambda i: busy(6.0)], lambda: None, FAST)
+    f, b = (summarize(s)["median_ms"] for s in t.samples_ms)
+    assert 2.0 <= f < 2.5 and 6.0 <= b < 6.6
+
+
+def test_asynchronous_work_is_not_under_measured() -> None:
+    dev = AsyncDevice()
+    with_sync = measure([lambda i: dev.launch(0.015)], dev.synchronize, FAST)
+    assert summarize(with_sync.samples_ms[0])["median_ms"] >= 15.0
+    dev.synchronize()
+    # the same runtime without a sync would look almost free: what the sync is there to prevent
+    no_sync = measure([lambda i: dev.launch(0.015)], lambda: None,
+                      Policy(warmup_iters=1, warmup_s=0, min_iters=5, min_s=0, max_iters=5))
+    assert summarize(no_sync.samples_ms[0])["median_ms"] < 1.0
+    dev.synchronize()
+
+
+def test_blocks_of_calls_report_per_call_time() -> None:
+    calls = []
+    t = measure([lambda i: (calls.append(i), busy(1.0))], lambda: None,
+                Policy(fixed=3, dry=10, calls=10))
+    assert len(t.samples_ms[0]) == 3 and 1.0 <= np.median(t.samples_ms[0]) < 1.3
+    assert len(calls) == 1 + 10 + 30  # first call + dry runs + 3 blocks of 10
+
+
+def test_fixed_count_with_the_first_discarded() -> None:
+    t = measure([lambda i: None, lambda i: None], lambda: None, Policy(fixed=11, discard=1))
+    assert [len(s) for s in t.samples_ms] == [10, 10]
+
+
+class FakeClock:
+    """Time advances only when a phase 'runs' for a given number of milliseconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, ms: float) -> None:
+        self.now += ms / 1000
+
+
+def test_stops_as_soon_as_the_median_is_stable() -> None:
+    clock = FakeClock()
+    p = Policy(warmup_iters=3, warmup_s=0, steady_window=3, min_iters=10, min_s=0.0, max_iters=100)
+    t = measure([lambda i: clock.spend(10.0)], lambda: None, p, clock=clock)
+    assert len(t.samples_ms[0]) == 10 and t.stable and t.steady
+
+
+def test_warm_up_waits_for_steady_state_and_caps() -> None:
+    clock = FakeClock()
+    durations = iter([50, 40, 30, 20, 10] + [10] * 1000)  # slow first iterations (e.g. autotuning)
+    p = Policy(warmup_iters=2, warmup_s=0, steady_window=3, steady_tol=0.05, min_iters=5, min_s=0)
+    t = measure([lambda i: clock.spend(next(durations))], lambda: None, p, clock=clock)
+    assert t.steady and t.warmup_iters >= 6 and max(t.samples_ms[0]) == pytest.approx(10.0)
+    growing = iter(np.arange(1.0, 10_000.0))  # never settles (e.g. thermal throttling)
+    p = Policy(warmup_iters=2, warmup_s=0, warmup_max_s=0.5, min_iters=5, min_s=0, max_iters=30,
+               max_s=100, stable_tol=0.001)
+    t = measure([lambda i: clock.spend(next(growing))], lambda: None, p, clock=clock)
+    assert not t.steady and not t.stable and len(t.samples_ms[0]) == 30
+
+
+def test_statistics() -> None:
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median_ms"] == 3.0 and s["iqr_ms"] == 2.0 and s["n"] == 5
+    assert s["p95_ms"] > 4.0 and s["mean_ms"] == 22.0 and s["cv"] == pytest.approx(s["std_ms"] / 22.0)
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_bootstrap_detects_a_known_difference() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.normal(10, 0.3, 40)
+    r, lo, hi = ratio_ci(a, a * 1.2)
+    assert lo > 1.1 and verdict(r, lo, hi, 0.02) == "slower"
+    r, lo, hi = ratio_ci(a * 1.2, a)
+    assert verdict(r, lo, hi, 0.02) == "faster"
+
+
+def test_bootstrap_false_positive_rate() -> None:
+    rng = np.random.default_rng(2)
+    flagged = 0
+    for i in range(100):
+        a, b = rng.normal(10, 0.5, 30), rng.normal(10, 0.5, 30)
+        r, lo, hi = ratio_ci(a, b, n_boot=500, seed=i)
+        flagged += verdict(r, lo, hi, 0.0) != "no significant difference"
+    assert flagged <= 12  # a 95% interval: about 5 of 100 by chance
+
+
+def test_tiny_real_difference_below_the_noise_floor() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.normal(10, 0.01, 200)
+    r, lo, hi = ratio_ci(a, a * 1.005)
+    assert lo > 1  # real...
+    assert verdict(r, lo, hi, 0.02) == "no significant difference"  # ...but below the floor
