@@ -25,8 +25,9 @@ def run(cases: list[Case], recorder: Recorder, isolate: bool = True, timeout_s: 
     for i, case in enumerate(todo):
         if progress:
             progress(i, len(todo), case, None, _eta(started, i, len(todo)))
-        if case.status:
-            row = {**base_row(case.to_dict()), "status": case.status, "reason": case.reason}
+        reason = case.reason if case.status else _skip(case)
+        if reason:  # decided here: no process to start for a combination that cannot run
+            row = {**base_row(case.to_dict()), "status": case.status or "skipped", "reason": reason}
         elif isolate:
             row = isolated(case.to_dict(), timeout_s)
         else:
@@ -36,6 +37,13 @@ def run(cases: list[Case], recorder: Recorder, isolate: bool = True, timeout_s: 
         if progress:
             progress(i + 1, len(todo), case, row, _eta(started, i + 1, len(todo)))
     return rows
+
+
+def _skip(case: Case) -> str | None:
+    from .runtimes import RUNTIMES
+
+    rt = RUNTIMES.get(case.runtime)
+    return rt().skip_reason(case.to_dict()) if rt else None
 
 
 def _eta(started: float, done: int, total: int) -> float:

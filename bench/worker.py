@@ -111,7 +111,7 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
     total_ms = fwd["median_ms"] + (bwd["median_ms"] if bwd else 0.0)
     gflops = case.get("gflops_per_image")
     flops = (3 if bwd else 1) * (gflops or 0) * case["batch"]  # backward ~ 2x forward
-    achieved = flops / total_ms * 1e-3 if gflops else None  # GFLOP per ms = TFLOP/s
+    achieved = flops / total_ms if gflops else None  # GFLOP per ms = TFLOP/s
     peak = case.get("gemm_peak_tflops")
     mem = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, **rt.memory()}
     return {"forward": fwd, "backward": bwd,

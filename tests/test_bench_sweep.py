@@ -172,5 +172,5 @@ def test_dry_run_lists_cases_without_converting(tmp_path: Path, monkeypatch) -> 
     monkeypatch.chdir(tmp_path)
     r = CliRunner().invoke(app, ["bench", "--protocol", "convnet-benchmarks", "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert "vgg-a" in r.output and "20 cases" in r.output and "minutes" in r.output
+    assert "vgg-a" in r.output and "16 cases" in r.output and "minutes" in r.output
     assert not (tmp_path / "outputs").exists()

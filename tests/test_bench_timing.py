@@ -129,3 +129,20 @@ def test_tiny_real_difference_below_the_noise_floor() -> None:
     r, lo, hi = ratio_ci(a, a * 1.005)
     assert lo > 1  # real...
     assert verdict(r, lo, hi, 0.02) == "no significant difference"  # ...but below the floor
+
+
+def test_throughput_figures() -> None:
+    """2 GFLOP per image in 10 ms is 0.2 TFLOP/s; training counts forward + backward as 3x."""
+    from bench.timing import Timing
+    from bench.worker import _figures
+
+    class Rt:
+        def memory(self) -> dict:  # type: ignore[type-arg]
+            return {}
+
+    case = {"batch": 4, "gflops_per_image": 0.5, "gemm_peak_tflops": 0.4}
+    fig = _figures(case, Timing(samples_ms=[[10.0, 10.0, 10.0]]), 0.1, Rt())
+    assert fig["achieved_tflops"] == pytest.approx(0.2) and fig["pct_of_peak"] == pytest.approx(50.0)
+    assert fig["images_per_s"] == pytest.approx(400.0)
+    fig = _figures(case, Timing(samples_ms=[[10.0] * 3, [20.0] * 3]), 0.1, Rt())
+    assert fig["achieved_tflops"] == pytest.approx(0.2) and fig["images_per_s"] == pytest.approx(4 / 0.03)

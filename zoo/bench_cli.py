@@ -63,7 +63,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     if layers and protocol == "zoo":
         protocol = "convnet-benchmarks"  # the layer-wise set is that project's
     threads = threads or benv.physical_cores()
-    runtimes = runtimes or (["torch", "onnxruntime", "opencv"] if quick else benchmark.BENCH_RUNTIMES)
+    runtimes = runtimes or benchmark.default_runtimes(device, quick)
     precisions = precisions or default_precisions(device)
     recorder = None
     if resume:

@@ -27,6 +27,15 @@ log = logging.getLogger(__name__)
 CACHE = Path("outputs/cache")
 BENCH_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "onnxruntime-trt", "opencv"]
 QUICK_MODELS = ["alexnet", "googlenet", "resnet18"]
+
+
+def default_runtimes(device: str, quick: bool = False) -> list[str]:
+    """Every runtime, except on a CPU by default: torch.compile spends about 50 s per model
+    compiling on 2 cores (20 minutes for the zoo), so there it runs when asked
+    (--runtime torch-compile)."""
+    if quick:
+        return ["torch", "onnxruntime", "opencv"]
+    return [r for r in BENCH_RUNTIMES if device != "cpu" or r != "torch-compile"]
 # zoo protocol on a CPU: enough samples for a stable median at 2 cores, a 20-minute --all.
 CPU_POLICY = Policy(warmup_iters=2, warmup_s=0.2, warmup_max_s=4.0, min_iters=5, min_s=0.5,
                     max_iters=50, max_s=4.0, stable_tol=0.02)

@@ -3,6 +3,7 @@
     python -m zoo.checks corpus            # convert + verify every corpus prototxt (batch 1)
     python -m zoo.checks caffemodel-speed  # VGG-16 caffemodel: zoo's loader vs OpenCV, peak RSS
     python -m zoo.checks t7-speed          # VGG-16-sized .t7: zoo's reader vs numpy.fromfile
+    python -m zoo.checks harness           # zoo bench medians vs a hand-written loop, and repeated
 
 Results are printed and written as JSON under outputs/checks/.
 """
@@ -136,9 +137,77 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
     return result
 
 
+HAND_LOOP = r"""
+import statistics, sys, time, json
+import numpy as np
+kind, art, batch, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+info = json.load(open(art + "/convert.json"))
+name, shape = next(iter(info["inputs"].items()))
+x = np.random.default_rng(0).standard_normal([batch] + shape[1:]).astype(np.float32)
+if kind == "torch":
+    import torch
+    torch.set_num_threads(threads)
+    sys.path.insert(0, art)
+    import model
+    net = model.load()
+    xt = torch.from_numpy(x)
+    def step():
+        with torch.inference_mode():
+            net(xt)
+else:
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(art + "/model.onnx", so, providers=["CPUExecutionProvider"])
+    def step():
+        sess.run(None, {name: x})
+for _ in range(10):
+    step()
+times = []
+for _ in range(40):
+    t0 = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - t0)
+print(statistics.median(times) * 1000)
+"""
+
+
+def harness() -> dict[str, Any]:
+    """zoo's medians vs a minimal hand-written loop (same session), and a sweep repeated twice."""
+    from bench.env import physical_cores
+
+    threads = physical_cores()
+    work = Path(tempfile.mkdtemp(prefix="zoo-harness-"))
+    args = ["alexnet", "resnet50", "--runtime", "torch", "--runtime", "onnxruntime", "--batch", "1",
+            "--batch", "16", "--threads", str(threads)]
+    runs = []
+    for k in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "zoo.cli", "bench", *args, "--out", str(work / f"{k}.json")],
+                       check=True, stdout=subprocess.DEVNULL)
+        runs.append({(r["model"], r["runtime"], r["batch"]): r for r in
+                     json.loads((work / f"{k}.json").read_text())["rows"]})
+    rows = []
+    for key, ra in runs[0].items():
+        model, runtime, batch = key
+        hand = float(subprocess.run([sys.executable, "-c", HAND_LOOP, runtime, ra["artifact"] if "artifact" in ra
+                                     else str(ROOT / "outputs" / "models" / model), str(batch), str(threads)],
+                                    check=True, capture_output=True, text=True).stdout.strip())
+        a, b = ra["forward"]["median_ms"], runs[1][key]["forward"]["median_ms"]
+        rows.append({"model": model, "runtime": runtime, "batch": batch, "zoo_ms": a, "zoo_repeat_ms": b,
+                     "hand_ms": hand, "zoo_vs_hand": a / hand - 1, "repeat_vs_first": b / a - 1})
+        print(f"{model:9s} {runtime:12s} b{batch:<3d} zoo {a:8.2f} ms  repeat {b:8.2f} ms  hand {hand:8.2f} ms"
+              f"  zoo/hand {a / hand - 1:+.1%}  repeat {b / a - 1:+.1%}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    result = {"threads": threads, "rows": rows,
+              "max_abs_zoo_vs_hand": max(abs(r["zoo_vs_hand"]) for r in rows),
+              "max_abs_repeat": max(abs(r["repeat_vs_first"]) for r in rows)}
+    _save("harness", result)
+    return result
+
+
 def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.ERROR)
-    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed}
+    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness}
     try:
         from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
 

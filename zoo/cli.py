@@ -194,6 +194,81 @@ def bench_cmd(
               budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed)
 
 
+@app.command("report")
+@user_errors
+def report_cmd(
+    results_files: list[Path] = typer.Argument(
+        ..., help="Results files (zoo, or cnn-benchmarks JSON: auto-detected) or folders of them."),
+    fmt: str = typer.Option("md", "--format", help="md, html or csv."),
+    out_file: Path | None = typer.Option(None, "--out", help="Write the report to this file (default: stdout)."),
+    plots: Path | None = typer.Option(None, "--plots", help="Also write the figures (PNG and SVG) to this folder."),
+) -> None:
+    """A report of one or more runs: per-model tables, a summary, plots (HTML), the environment."""
+    from bench import report
+    from bench.results import ResultsError
+
+    if fmt not in ("md", "html", "csv"):
+        raise ConvertError(f"unknown format {fmt!r} (choose from md, html, csv)")
+    try:
+        text = report.render(report.load_runs(results_files), fmt, out_file, plots)
+    except ResultsError as e:
+        raise ConvertError(str(e)) from None
+    if out_file is None:
+        typer.echo(text, nl=False)
+        return
+    report.write(text, out_file)
+    err.print(f"report: {out_file}" + (f", figures: {plots}" if plots else ""), highlight=False)
+
+
+@app.command("compare")
+@user_errors
+def compare_cmd(
+    a: Path = typer.Argument(..., help="The baseline run (zoo results or cnn-benchmarks JSON)."),
+    b: Path = typer.Argument(..., help="The run to judge against it."),
+    threshold: float = typer.Option(5.0, help="Exit 1 when a case is significantly slower by more than PCT %."),
+    noise_floor: float = typer.Option(2.0, help="Changes below PCT % (or the runs' own spread) are not significant."),
+    ignore_env: bool = typer.Option(False, "--ignore-env", help="No warning when the environments differ."),
+) -> None:
+    """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval, a verdict."""
+    from bench import compare as cmp
+    from bench.history import read_any
+    from bench.report import fmt_ms
+    from bench.results import ResultsError
+
+    if threshold < 0 or noise_floor < 0:
+        raise ConvertError("--threshold and --noise-floor are percentages >= 0")
+    try:
+        doc_a, doc_b = read_any(a), read_any(b)
+        c = cmp.compare(doc_a, doc_b, noise_floor / 100, names=(str(a), str(b)))
+    except ResultsError as e:
+        raise ConvertError(str(e)) from None
+    warn = lambda msg: err.print(f"[yellow]warning:[/yellow] {msg}", highlight=False, soft_wrap=True)
+    if not ignore_env:
+        for d in cmp.env_differences(doc_a["env"], doc_b["env"]):
+            warn(f"environments differ: {d}")
+    for side, keys in (("A", c.only_a), ("B", c.only_b)):
+        if keys:
+            warn(f"{len(keys)} case(s) only in {side}, not compared (e.g. {cmp.label(keys[0])})")
+    for s in c.not_timed:
+        warn(f"not compared: {s}")
+    table = Table("model", "runtime", "device", "prec", "batch", "mode", "part", "A ms", "B ms",
+                  "B/A [95% CI]", "floor", "verdict", title="times per call: median ± IQR")
+    for ln in c.lines:
+        style = {"slower": "red", "faster": "green"}.get(ln.verdict, "")
+        table.add_row(*map(str, ln.case), ln.part, fmt_ms({"median_ms": ln.a_ms, "iqr_ms": ln.a_iqr}),
+                      fmt_ms({"median_ms": ln.b_ms, "iqr_ms": ln.b_iqr}), cmp.fmt_ratio(ln),
+                      f"{ln.floor * 100:.1f}%", f"[{style}]{ln.verdict}[/{style}]" if style else ln.verdict)
+    out.print(f"A: {a}\nB: {b}", highlight=False)
+    out.print(table)
+    out.print(cmp.summary(c), highlight=False)
+    bad = c.regressions(threshold)
+    if bad:
+        err.print(f"[red]regression:[/red] {len(bad)} timing(s) significantly slower by more than {threshold:g}%: "
+                  + "; ".join(f"{cmp.label(ln.case)} {ln.part} x{ln.ratio:.3f}" for ln in bad),
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
 def run() -> None:
     try:
         app()

@@ -1,0 +1,162 @@
+"""Two runs side by side: rows matched by case, the ratio of medians B/A with a bootstrap interval
+from the raw samples, and a verdict that needs both the interval to exclude 1 and the change to
+exceed a noise floor. Also the environment differences that make a comparison suspect."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .results import ResultsError
+from .stats import ratio_ci, verdict
+
+MATCH = ("model", "runtime", "device", "precision", "batch", "mode")
+PARTS = ("forward", "backward")
+SLOWER, FASTER, SAME = "slower", "faster", "no significant difference"
+
+
+@dataclass
+class Line:
+    """One timed part (forward or backward) of one matched case."""
+
+    case: tuple[Any, ...]  # the MATCH fields
+    part: str
+    a_ms: float
+    b_ms: float
+    a_iqr: float
+    b_iqr: float
+    ratio: float  # median(B) / median(A): above 1 is slower
+    lo: float
+    hi: float
+    floor: float  # the noise floor used (relative)
+    verdict: str
+
+
+@dataclass
+class Comparison:
+    lines: list[Line] = field(default_factory=list)
+    not_timed: list[str] = field(default_factory=list)  # matched, but a side has no timing
+    only_a: list[tuple[Any, ...]] = field(default_factory=list)
+    only_b: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def geomean(self, part: str | None = None) -> float | None:
+        """Geometric mean of the ratios (of one part, or all): the typical change across cases."""
+        rs = [ln.ratio for ln in self.lines if part in (None, ln.part)]
+        return math.exp(sum(map(math.log, rs)) / len(rs)) if rs else None
+
+    def regressions(self, threshold_pct: float) -> list[Line]:
+        return [ln for ln in self.lines if ln.verdict == SLOWER and (ln.ratio - 1) * 100 > threshold_pct]
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(ln.verdict == v for ln in self.lines) for v in (SLOWER, FASTER, SAME)}
+
+
+def match(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> tuple[list[tuple[Any, Any]], list, list]:
+    """Pairs of rows with the same case. The MATCH fields decide; where a run holds several rows
+    with those fields (other layouts or protocols), layout and protocol must agree too."""
+    full = lambda r: tuple(r.get(k) for k in (*MATCH, "layout", "protocol"))
+    short = lambda r: tuple(r.get(k) for k in MATCH)
+    by_full = {full(r): r for r in rows_b}
+    pairs, rest_a, used = [], [], set()
+    for r in rows_a:
+        if full(r) in by_full and full(r) not in used:
+            pairs.append((r, by_full[full(r)]))
+            used.add(full(r))
+        else:
+            rest_a.append(r)
+    rest_b = [r for r in rows_b if full(r) not in used]
+    count = lambda rows, k: sum(short(r) == k for r in rows)
+    only_a = []
+    for r in rest_a:
+        k = short(r)
+        if count(rest_a, k) == 1 and count(rest_b, k) == 1:
+            pairs.append((r, next(x for x in rest_b if short(x) == k)))
+        else:
+            only_a.append(k)
+    paired_b = {id(b) for _, b in pairs}
+    only_b = [short(r) for r in rows_b if id(r) not in paired_b]
+    return pairs, only_a, only_b
+
+
+def noise_floor(a: dict[str, Any], b: dict[str, Any], floor: float) -> float:
+    """The larger of the fixed floor and the runs' own noise: the root mean square of their
+    relative IQRs. A change smaller than the typical spread of single calls is not reported,
+    because medians of separate runs drift by about that much (clocks, scheduling, placement)."""
+    rel = [s["iqr_ms"] / s["median_ms"] for s in (a, b)]
+    return max(floor, math.sqrt((rel[0] ** 2 + rel[1] ** 2) / 2))
+
+
+def compare(doc_a: dict[str, Any], doc_b: dict[str, Any], floor: float = 0.02, n_boot: int = 2000,
+            names: tuple[str, str] = ("A", "B")) -> Comparison:
+    """Compare every matched case; ResultsError when a run is empty or no case matches."""
+    for name, doc in zip(names, (doc_a, doc_b)):
+        if not doc["rows"]:
+            raise ResultsError(f"{name}: an empty run (no rows), nothing to compare")
+    pairs, only_a, only_b = match(doc_a["rows"], doc_b["rows"])
+    if not pairs:
+        raise ResultsError(f"no matching rows: the runs share no case ({', '.join(MATCH)}); "
+                           f"A has {_cases(doc_a['rows'])}, B has {_cases(doc_b['rows'])}")
+    c = Comparison(only_a=only_a, only_b=only_b)
+    for ra, rb in pairs:
+        case = tuple(ra.get(k) for k in MATCH)
+        for part in PARTS:
+            sa, sb = ra.get(part), rb.get(part)
+            if part == "backward" and not sa and not sb:
+                continue  # inference rows have no backward
+            if not (sa and sb and sa.get("samples_ms") and sb.get("samples_ms")):
+                c.not_timed.append(f"{label(case)} {part}: A {ra['status']}, B {rb['status']}")
+                continue
+            c.lines.append(_line(case, part, sa, sb, floor, n_boot))
+    return c
+
+
+def _line(case: tuple[Any, ...], part: str, sa: dict[str, Any], sb: dict[str, Any], floor: float,
+          n_boot: int) -> Line:
+    r, lo, hi = ratio_ci(np.asarray(sa["samples_ms"]), np.asarray(sb["samples_ms"]), n_boot=n_boot)
+    f = noise_floor(sa, sb, floor)
+    return Line(case, part, sa["median_ms"], sb["median_ms"], sa["iqr_ms"], sb["iqr_ms"], r, lo, hi, f,
+                verdict(r, lo, hi, f))
+
+
+def summary(c: Comparison) -> str:
+    """'geometric mean of B/A: forward 1.031, backward 1.050, all 1.040 (slower: 1, ...)'."""
+    parts = [p for p in PARTS if c.geomean(p) is not None]
+    means = [f"{p} {c.geomean(p):.3f}" for p in parts] + ([f"all {c.geomean():.3f}"] if len(parts) > 1 else [])
+    counts = ", ".join(f"{v}: {n}" for v, n in c.counts().items())
+    return f"geometric mean of B/A over {len(c.lines)} timing(s): {', '.join(means)} ({counts})"
+
+
+def fmt_ratio(ln: Line) -> str:
+    """'1.203 [1.187, 1.221]': decimals down to the second significant digit of the interval's
+    half-width (2 to 4), so the ratio is not shown more precisely than it is known."""
+    half = (ln.hi - ln.lo) / 2
+    d = 4 if half <= 0 else max(2, min(4, -int(math.floor(math.log10(half))) + 1))
+    return f"{ln.ratio:.{d}f} [{ln.lo:.{d}f}, {ln.hi:.{d}f}]"
+
+
+def _cases(rows: list[dict[str, Any]]) -> str:
+    keys = sorted({label(tuple(r.get(k) for k in MATCH)) for r in rows})
+    return "; ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def label(case: tuple[Any, ...]) -> str:
+    model, runtime, device, precision, batch, mode = case
+    return f"{model} {runtime} {device} {precision} b{batch} {mode}"
+
+
+def env_facts(env: dict[str, Any]) -> dict[str, str]:
+    """The parts of an environment that change timings, flattened for comparison."""
+    gpu = env.get("gpu") or {}
+    facts = {"GPU": gpu.get("name"), "driver": gpu.get("driver"), "CUDA": gpu.get("cuda"),
+             "cuDNN": gpu.get("cudnn"), "CPU": env.get("cpu"), "threads": env.get("threads")}
+    facts.update({name: v for name, v in (env.get("libraries") or {}).items() if name != "zoo"})
+    return {k: str(v) for k, v in facts.items() if v is not None}
+
+
+def env_differences(env_a: dict[str, Any], env_b: dict[str, Any]) -> list[str]:
+    """'GPU: X vs Y' for each fact that differs (a fact only one run records counts: it may differ)."""
+    a, b = env_facts(env_a), env_facts(env_b)
+    return [f"{k}: {a.get(k, '?')} vs {b.get(k, '?')}" for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]

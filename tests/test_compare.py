@@ -1,0 +1,178 @@
+"""zoo compare: matching, verdicts (interval and noise floor), environment warnings, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bench import compare as cmp
+from bench.results import ResultsError, validate
+from bench.stats import summarize
+from zoo.cli import app
+
+ENV = {"cpu": "Test CPU 3000", "threads": 4, "libraries": {"torch": "2.3.0", "onnxruntime": "1.18.0"},
+       "gpu": {"name": "NVIDIA H200", "driver": "550.54", "cuda": "12.4", "cudnn": 90100}}
+runner = CliRunner()
+
+
+def row(samples: np.ndarray, model: str = "resnet50", runtime: str = "torch", backward: np.ndarray | None = None,
+        layout: str = "nchw", status: str = "ok") -> dict[str, Any]:
+    r = {"model": model, "runtime": runtime, "device": "cuda:0", "precision": "fp32", "layout": layout,
+         "batch": 16, "mode": "training" if backward is not None else "inference", "protocol": "zoo",
+         "status": status, "forward": summarize(samples),
+         "backward": summarize(backward) if backward is not None else None}
+    if status != "ok":
+        r["reason"] = "why"
+    return r
+
+
+def doc(*rows: dict[str, Any], env: dict[str, Any] | None = None) -> dict[str, Any]:
+    return validate({"schema_version": 1, "env": env or ENV, "rows": list(rows)})
+
+
+def files(tmp_path: Path, a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str]:
+    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
+    pa.write_text(json.dumps(a))
+    pb.write_text(json.dumps(b))
+    return str(pa), str(pb)
+
+
+def zoo(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def base(n: int = 40, sd: float = 0.3, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(10, sd, n)
+
+
+def test_a_20_percent_slowdown_is_slower_and_exits_1(tmp_path: Path) -> None:
+    a = base()
+    c = cmp.compare(doc(row(a)), doc(row(a * 1.2)))
+    (ln,) = c.lines
+    assert ln.verdict == "slower" and ln.lo > 1.1 and ln.ratio == pytest.approx(1.2)
+    assert c.geomean() == pytest.approx(1.2)
+    r = zoo("compare", *files(tmp_path, doc(row(a)), doc(row(a * 1.2))), "--threshold", "5")
+    assert r.exit_code == 1, r.output
+    assert "slower" in r.stdout and "regression" in r.stderr and "resnet50 torch cuda:0" in r.stderr
+
+
+def test_a_20_percent_speedup_exits_0(tmp_path: Path) -> None:
+    a = base()
+    r = zoo("compare", *files(tmp_path, doc(row(a * 1.2)), doc(row(a))))
+    assert r.exit_code == 0, r.output
+    assert "faster" in r.stdout
+
+
+def test_identical_runs_show_no_significant_difference(tmp_path: Path) -> None:
+    a = base()
+    c = cmp.compare(doc(row(a)), doc(row(a.copy())))
+    assert [ln.verdict for ln in c.lines] == ["no significant difference"]
+    r = zoo("compare", *files(tmp_path, doc(row(a)), doc(row(a))))
+    assert r.exit_code == 0, r.output
+    assert "no significant" in r.stdout and "warning" not in r.output
+
+
+def test_a_tiny_real_difference_below_the_noise_floor(tmp_path: Path) -> None:
+    a = base(200, 0.01, 3)
+    c = cmp.compare(doc(row(a)), doc(row(a * 1.005)))
+    (ln,) = c.lines
+    assert ln.lo > 1  # real: the interval excludes 1...
+    assert ln.verdict == "no significant difference"  # ...but smaller than the 2% floor
+    assert cmp.compare(doc(row(a)), doc(row(a * 1.005)), floor=0.001).lines[0].verdict == "slower"
+    fa, fb = files(tmp_path, doc(row(a)), doc(row(a * 1.005)))
+    assert zoo("compare", fa, fb).exit_code == 0
+    # a lower floor makes it significant, yet 0.5% is under the 5% threshold; a 0.1% threshold fails
+    assert zoo("compare", fa, fb, "--noise-floor", "0.1").exit_code == 0
+    assert zoo("compare", fa, fb, "--noise-floor", "0.1", "--threshold", "0.1").exit_code == 1
+
+
+def test_the_runs_own_noise_raises_the_floor() -> None:
+    a = base(400, 2.0, 4)  # single calls vary by about 27% (IQR / median)
+    c = cmp.compare(doc(row(a)), doc(row(a * 1.1)))
+    (ln,) = c.lines
+    assert ln.lo > 1 and ln.floor > 0.2  # significant by the interval, within the runs' own noise
+    assert ln.verdict == "no significant difference"
+
+
+def test_training_rows_compare_forward_and_backward() -> None:
+    a = base()
+    c = cmp.compare(doc(row(a, backward=2 * a)), doc(row(a, backward=2.6 * a)))
+    assert [(ln.part, ln.verdict) for ln in c.lines] == [("forward", "no significant difference"),
+                                                          ("backward", "slower")]
+    assert c.geomean("backward") == pytest.approx(1.3) and c.geomean("forward") == pytest.approx(1.0)
+    assert c.geomean() == pytest.approx(np.sqrt(1.3))
+    assert "forward 1.000, backward 1.300, all 1.140" in cmp.summary(c)
+
+
+def test_rows_match_by_case_and_layout_where_ambiguous() -> None:
+    a = base()
+    rows_a = [row(a, layout="nchw"), row(a * 2, layout="channels_last"), row(a, model="vgg16")]
+    rows_b = [row(a * 2.2, layout="channels_last"), row(a, layout="nchw"), row(a, model="alexnet")]
+    pairs, only_a, only_b = cmp.match(rows_a, rows_b)
+    assert [(x["layout"], y["layout"]) for x, y in pairs] == [("nchw", "nchw"), ("channels_last", "channels_last")]
+    assert [k[0] for k in only_a] == ["vgg16"] and [k[0] for k in only_b] == ["alexnet"]
+    # a case with other layout/protocol in each run still matches when it is the only one
+    x, y = row(a, layout="nchw"), row(a, layout="channels_last")
+    assert len(cmp.match([x], [y])[0]) == 1
+
+
+def test_env_differences_are_warned_unless_ignored(tmp_path: Path) -> None:
+    other = {**ENV, "gpu": {**ENV["gpu"], "name": "NVIDIA A100", "driver": "535.1"},
+             "libraries": {"torch": "2.4.0", "onnxruntime": "1.18.0"}}
+    assert cmp.env_differences(ENV, other) == ["GPU: NVIDIA H200 vs NVIDIA A100", "driver: 550.54 vs 535.1",
+                                               "torch: 2.3.0 vs 2.4.0"]
+    assert cmp.env_differences(ENV, {**ENV, "threads": 8}) == ["threads: 4 vs 8"]
+    a = base()
+    fa, fb = files(tmp_path, doc(row(a)), doc(row(a), env=other))
+    r = zoo("compare", fa, fb)
+    assert r.exit_code == 0 and "environments differ: GPU: NVIDIA H200 vs NVIDIA A100" in r.stderr
+    r = zoo("compare", fa, fb, "--ignore-env")
+    assert r.exit_code == 0 and "environments differ" not in r.output
+
+
+def test_no_matching_rows_is_exit_2_with_a_clear_message(tmp_path: Path) -> None:
+    a = base()
+    r = zoo("compare", *files(tmp_path, doc(row(a, model="vgg16")), doc(row(a, model="alexnet"))))
+    assert r.exit_code == 2
+    assert "no matching rows" in r.output and "vgg16" in r.output and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_partly_matching_runs_warn_about_the_rest(tmp_path: Path) -> None:
+    a = base()
+    r = zoo("compare", *files(tmp_path, doc(row(a), row(a, model="vgg16")), doc(row(a))))
+    assert r.exit_code == 0 and "1 case(s) only in A" in r.stderr
+
+
+def test_rows_without_timings_are_listed_not_compared() -> None:
+    a = base()
+    c = cmp.compare(doc(row(a), row(a, runtime="onnxruntime")),
+                    doc(row(a), {**row(a, runtime="onnxruntime", status="error"), "forward": None}))
+    assert len(c.lines) == 1 and c.not_timed == ["resnet50 onnxruntime cuda:0 fp32 b16 inference forward: "
+                                                 "A ok, B error"]
+
+
+@pytest.mark.parametrize("b, message", [
+    ({"schema_version": 1, "env": {}, "rows": []}, "an empty run"),
+    ({"schema_version": 3, "env": {}, "rows": []}, "schema_version 3 is newer"),
+    ({"hello": 1}, "neither a zoo results file"),
+])
+def test_bad_input_is_exit_2(tmp_path: Path, b: dict[str, Any], message: str) -> None:
+    r = zoo("compare", *files(tmp_path, doc(row(base())), b))
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+def test_empty_run_raises() -> None:
+    with pytest.raises(ResultsError, match="empty"):
+        cmp.compare(doc(), doc(row(base())))
+
+
+def test_ratio_is_shown_with_the_precision_of_its_interval() -> None:
+    ln = cmp.Line(("m", "r", "cpu", "fp32", 1, "inference"), "forward", 10, 12, 1, 1, 1.2034, 1.1871, 1.2212,
+                  0.02, "slower")
+    assert cmp.fmt_ratio(ln) == "1.203 [1.187, 1.221]"
