@@ -9,6 +9,7 @@ says why a combination cannot run (never a crash, never silently absent).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,6 +22,10 @@ RUNTIMES: dict[str, type[Runtime]] = {}
 def register(cls: type[Runtime]) -> type[Runtime]:
     RUNTIMES[cls.name] = cls
     return cls
+
+
+class CannotRun(Exception):
+    """The runtime cannot load this model (e.g. OpenCV lacks one of its layers): a skipped row."""
 
 
 class Runtime:
@@ -283,6 +288,13 @@ class OnnxRuntimeTrt(OnnxRuntime):
         super().load({**case, "precision": "fp32"})
 
 
+def _cannot(e: Exception) -> CannotRun:
+    """OpenCV's importer lacks a layer or reads the file wrong: this combination cannot run."""
+    lines = [ln for ln in str(e).splitlines() if "error:" in ln] or [str(e)]
+    msg = re.sub(r"^\(-?\d+:[^)]*\)\s*", "", lines[-1].split("error: ")[-1].strip())
+    return CannotRun(f"OpenCV cannot load this model: {msg[:200]}")
+
+
 @register
 class OpenCV(Runtime):
     """OpenCV DNN running the original Caffe/Torch7 file: the baseline a user would otherwise use."""
@@ -311,20 +323,30 @@ class OpenCV(Runtime):
 
         cv2.setNumThreads(case["threads"])
         o = case["original"]
-        if o["framework"] == "caffe":
-            self.net = cv2.dnn.readNetFromCaffe(o["source"], o["weights"])
-        else:
-            self.net = cv2.dnn.readNetFromTorch(o["weights"] or o["source"])
+        self.cv2 = cv2
+        try:
+            if o["framework"] == "caffe":
+                self.net = cv2.dnn.readNetFromCaffe(o["source"], o["weights"])
+            else:
+                self.net = cv2.dnn.readNetFromTorch(o["weights"] or o["source"])
+        except cv2.error as e:
+            raise _cannot(e) from None
         self.net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
         self.names = list(o.get("outputs", {}).values())
+        self.named = o["framework"] == "caffe"  # a Torch7 net's input has no name in OpenCV
 
     def set_inputs(self, inputs: list[dict[str, np.ndarray]], grads: list[list[np.ndarray]] | None) -> None:
         self.inputs = [{k: np.ascontiguousarray(v) for k, v in x.items()} for x in inputs]
 
     def forward(self, i: int) -> None:
         for k, v in self.inputs[i % len(self.inputs)].items():
-            self.net.setInput(v, k)
-        self.out = self.net.forward(self.names) if self.names else [self.net.forward()]
+            self.net.setInput(v, k) if self.named else self.net.setInput(v)
+        try:
+            self.out = self.net.forward(self.names) if self.names else [self.net.forward()]
+        except self.cv2.error as e:  # layers are created at the first forward
+            if "Can't create layer" in str(e):
+                raise _cannot(e) from None
+            raise
 
     def outputs(self) -> list[np.ndarray]:
         return [np.asarray(o, np.float32) for o in self.out]

@@ -4,8 +4,8 @@ A step is a list of phases (inference: [forward]; training: [forward, backward])
 sample brackets each phase with the runtime's ``sync`` (CUDA: a device synchronize), so work a
 runtime merely enqueued is never missed. Warm-up runs until a minimum count and time are reached
 and the median of the last window is within a tolerance of the window before (steady state);
-measurement runs until a minimum count and time are reached and the median stops moving, capped
-by a count and a time.
+measurement runs until a minimum count and time are reached and the median stops moving; a count
+and a time cap that extension (the minimums always hold, however slow an iteration is).
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ def measure(phases: list[Phase], sync: Callable[[], None], policy: Policy,
         for p, v in enumerate(_sample(phases, sync, t.warmup_iters + i, policy.calls, clock)):
             t.samples_ms[p].append(v)
         elapsed = clock() - start
-        if i >= policy.max_iters or elapsed >= policy.max_s:
-            t.stable = i >= policy.min_iters and _settled(t.samples_ms[0], policy.stable_tol)
-            return t
-        if i >= policy.min_iters and elapsed >= policy.min_s and _settled(t.samples_ms[0], policy.stable_tol):
+        if i < policy.min_iters or elapsed < policy.min_s:  # the minimums always hold
+            continue
+        t.stable = _settled(t.samples_ms[0], policy.stable_tol)
+        if t.stable or i >= policy.max_iters or elapsed >= policy.max_s:  # the caps bound the extension
             return t
 
 
@@ -103,6 +103,8 @@ def _warm_up(phases: list[Phase], sync: Callable[[], None], policy: Policy,
     while True:
         totals.append(sum(_sample(phases, sync, len(totals) + 1, policy.calls, clock)))
         elapsed = clock() - start
+        if len(totals) < policy.warmup_iters:  # the minimum count always holds
+            continue
         if elapsed >= policy.warmup_max_s:
             return len(totals), elapsed, False
         w = policy.steady_window

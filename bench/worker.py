@@ -42,6 +42,18 @@ def base_row(case: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process (VmHWM: ru_maxrss would include a parent's peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def set_threads(n: int) -> None:
     """The same thread count for every runtime: torch, and the env vars OpenMP/MKL read."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -55,7 +67,7 @@ def set_threads(n: int) -> None:
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Load, verify and time one case in this process; returns its results row."""
-    from .runtimes import RUNTIMES
+    from .runtimes import RUNTIMES, CannotRun
 
     if case.get("plugin"):  # a module registering extra runtimes (tests use fake ones)
         importlib.import_module(case["plugin"])
@@ -67,14 +79,17 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     if reason:
         return {**row, "status": "skipped", "reason": reason}
     t0 = time.perf_counter()
-    rt.load(case)
-    load_s = time.perf_counter() - t0
-    n = case.get("n_inputs", 3)
-    inputs = make_inputs(case["input_shapes"], case["seed"], n)
-    grads = make_grads(case["output_shapes"], case["seed"], n) if case["mode"] == "training" else None
-    rt.set_inputs(inputs, grads)
-    phases = [rt.forward] + ([rt.backward] if case["mode"] == "training" else [])
-    timing = measure(phases, rt.sync, Policy(**case["policy"]))
+    try:
+        rt.load(case)
+        load_s = time.perf_counter() - t0
+        n = case.get("n_inputs", 3)
+        inputs = make_inputs(case["input_shapes"], case["seed"], n)
+        grads = make_grads(case["output_shapes"], case["seed"], n) if case["mode"] == "training" else None
+        rt.set_inputs(inputs, grads)
+        phases = [rt.forward] + ([rt.backward] if case["mode"] == "training" else [])
+        timing = measure(phases, rt.sync, Policy(**case["policy"]))
+    except CannotRun as e:
+        return {**row, "status": "skipped", "reason": str(e)}
     row.update(_verification(case, rt, inputs[0]))
     row.update(_figures(case, timing, load_s, rt))
     row["seconds"] = round(time.perf_counter() - started, 3)
@@ -113,7 +128,7 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
     flops = (3 if bwd else 1) * (gflops or 0) * case["batch"]  # backward ~ 2x forward
     achieved = flops / total_ms if gflops else None  # GFLOP per ms = TFLOP/s
     peak = case.get("gemm_peak_tflops")
-    mem = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, **rt.memory()}
+    mem = {"host_peak_rss_bytes": peak_rss_bytes(), **rt.memory()}
     return {"forward": fwd, "backward": bwd,
             "one_time": {"load_s": round(load_s, 4), "first_iter_ms": [round(x, 3) for x in t.first_ms],
                          "warmup_iters": t.warmup_iters, "warmup_s": round(t.warmup_s, 3),

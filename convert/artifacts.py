@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
 import shutil
 import struct
 import tempfile
@@ -25,6 +24,7 @@ import numpy as np
 from . import __version__
 from .errors import BadModel, ConvertError
 from .ir import Graph, Shape
+from .isolate import peak_rss_bytes
 from .onnx_emit import check_structure, write_onnx
 from .torch_emit import model_source
 from .verify import verify
@@ -139,7 +139,7 @@ def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str,
         "status": report["status"],
         "verification": report,
         "write_seconds": round(seconds, 3),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -45,6 +45,19 @@ def call(func: str, feeds: dict[str, np.ndarray], timeout: float = 900,
         return _load(d / "out"), int(meta["peak_rss_bytes"])
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory. VmHWM, because ru_maxrss survives exec: a process
+    started from a big parent would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _save(base: Path, arrays: dict[str, np.ndarray]) -> None:
     names = list(arrays)
     np.savez(str(base) + ".npz", **{f"a{i}": np.asarray(arrays[n]) for i, n in enumerate(names)})
@@ -63,7 +76,7 @@ def _child(func: str, d: Path) -> None:
         fn = getattr(importlib.import_module(module), name)
         outs = fn(_load(d / "in"), **json.loads((d / "args.json").read_text()))
         _save(d / "out", outs)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = peak_rss_bytes()
         (d / "out.json").write_text(json.dumps({"peak_rss_bytes": peak}))
     except Exception as e:  # reported to the parent as one line
         lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]

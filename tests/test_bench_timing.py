@@ -24,18 +24,18 @@ def busy(ms: float) -> None:
 def test_sleep_of_known_duration() -> None:
     t = measure([lambda i: time.sleep(0.02)], lambda: None, FAST)
     med = summarize(t.samples_ms[0])["median_ms"]
-    assert 20.0 <= med < 23.0, med
+    assert 20.0 <= med < 25.0, med  # upper bounds leave room for a loaded CI machine
 
 
 def test_busy_loop_of_known_duration() -> None:
     t = measure([lambda i: busy(5.0)], lambda: None, FAST)
-    assert 5.0 <= summarize(t.samples_ms[0])["median_ms"] < 5.6
+    assert 5.0 <= summarize(t.samples_ms[0])["median_ms"] < 6.5
 
 
 def test_phases_are_timed_separately() -> None:
     t = measure([lambda i: busy(2.0), lambda i: busy(6.0)], lambda: None, FAST)
     f, b = (summarize(s)["median_ms"] for s in t.samples_ms)
-    assert 2.0 <= f < 2.5 and 6.0 <= b < 6.6
+    assert 2.0 <= f < 3.0 and 6.0 <= b < 7.5
 
 
 def test_asynchronous_work_is_not_under_measured() -> None:
@@ -54,7 +54,7 @@ def test_blocks_of_calls_report_per_call_time() -> None:
     calls = []
     t = measure([lambda i: (calls.append(i), busy(1.0))], lambda: None,
                 Policy(fixed=3, dry=10, calls=10))
-    assert len(t.samples_ms[0]) == 3 and 1.0 <= np.median(t.samples_ms[0]) < 1.3
+    assert len(t.samples_ms[0]) == 3 and 1.0 <= np.median(t.samples_ms[0]) < 1.6
     assert len(calls) == 1 + 10 + 30  # first call + dry runs + 3 blocks of 10
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import resource
 import shutil
 import statistics
 import subprocess
@@ -77,16 +76,10 @@ def corpus(root: Path = CORPUS) -> dict[str, Any]:
     return result
 
 
-def _peak_rss_of(cmd: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in bytes) of a child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def _timed(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    secs = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak <= before:
-        raise RuntimeError("a previous child had a larger RSS; run this check in a fresh process")
-    return secs, peak * 1024.0
+    return time.perf_counter() - t0
 
 
 def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
@@ -114,8 +107,8 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
             t0 = time.perf_counter()
             cv2.dnn.readNetFromCaffe(str(proto), str(weights))
             theirs.append(time.perf_counter() - t0)
-        secs, peak = _peak_rss_of([sys.executable, "-m", "zoo.cli", "convert", str(proto), "--weights",
-                                   str(weights), "--out", str(work / "out")])
+        secs = _timed([sys.executable, "-m", "zoo.cli", "convert", str(proto), "--weights", str(weights),
+                       "--out", str(work / "out")])
         info = json.loads((work / "out" / "vgg16" / "convert.json").read_text())
         zoo_peak = info["peak_rss_bytes"]
         cv_peak = info["verification"]["backends"].get("opencv", {}).get("peak_rss_bytes")
@@ -128,8 +121,7 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
                   "convert_seconds": secs, "convert_status": info["status"],
                   "zoo_process_peak_rss_bytes": zoo_peak, "zoo_peak_over_file_size": zoo_peak / size,
                   "opencv_child_peak_rss_bytes": cv_peak,
-                  "opencv_peak_over_file_size": cv_peak / size if cv_peak else None,
-                  "largest_process_peak_rss_bytes": peak}
+                  "opencv_peak_over_file_size": cv_peak / size if cv_peak else None}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result, indent=2))
@@ -173,31 +165,31 @@ print(statistics.median(times) * 1000)
 
 
 def harness() -> dict[str, Any]:
-    """zoo's medians vs a minimal hand-written loop (same session), and a sweep repeated twice."""
+    """zoo's timing of a case vs a minimal hand-written loop, and the same case timed again.
+
+    For each case (AlexNet and ResNet-50, PyTorch eager and ONNX Runtime, batch 1 and 16, CPU),
+    in this order and each in a fresh process: zoo's worker, the hand-written loop, zoo's worker
+    again; interleaving keeps the machine's slow drifts out of the comparison."""
     from bench.env import physical_cores
+    from bench.timing import Policy
+    from bench.worker import isolated
+
+    from . import benchmark
 
     threads = physical_cores()
-    work = Path(tempfile.mkdtemp(prefix="zoo-harness-"))
-    args = ["alexnet", "resnet50", "--runtime", "torch", "--runtime", "onnxruntime", "--batch", "1",
-            "--batch", "16", "--threads", str(threads)]
-    runs = []
-    for k in ("a", "b"):
-        subprocess.run([sys.executable, "-m", "zoo.cli", "bench", *args, "--out", str(work / f"{k}.json")],
-                       check=True, stdout=subprocess.DEVNULL)
-        runs.append({(r["model"], r["runtime"], r["batch"]): r for r in
-                     json.loads((work / f"{k}.json").read_text())["rows"]})
+    cases = benchmark.build(["alexnet", "resnet50"], runtimes=["torch", "onnxruntime"], precisions=["fp32"],
+                            layouts=["nchw"], batches=[1, 16], threads=threads)
     rows = []
-    for key, ra in runs[0].items():
-        model, runtime, batch = key
-        hand = float(subprocess.run([sys.executable, "-c", HAND_LOOP, runtime, ra["artifact"] if "artifact" in ra
-                                     else str(ROOT / "outputs" / "models" / model), str(batch), str(threads)],
-                                    check=True, capture_output=True, text=True).stdout.strip())
-        a, b = ra["forward"]["median_ms"], runs[1][key]["forward"]["median_ms"]
-        rows.append({"model": model, "runtime": runtime, "batch": batch, "zoo_ms": a, "zoo_repeat_ms": b,
+    for c in cases:
+        c.policy = Policy().__dict__  # the zoo protocol's full policy (--all on a CPU uses a shorter one)
+        a = isolated(c.to_dict(), 900)["forward"]["median_ms"]
+        hand = float(subprocess.run([sys.executable, "-c", HAND_LOOP, c.runtime, c.artifact, str(c.batch),
+                                     str(threads)], check=True, capture_output=True, text=True).stdout)
+        b = isolated(c.to_dict(), 900)["forward"]["median_ms"]
+        rows.append({"model": c.model, "runtime": c.runtime, "batch": c.batch, "zoo_ms": a, "zoo_repeat_ms": b,
                      "hand_ms": hand, "zoo_vs_hand": a / hand - 1, "repeat_vs_first": b / a - 1})
-        print(f"{model:9s} {runtime:12s} b{batch:<3d} zoo {a:8.2f} ms  repeat {b:8.2f} ms  hand {hand:8.2f} ms"
-              f"  zoo/hand {a / hand - 1:+.1%}  repeat {b / a - 1:+.1%}", flush=True)
-    shutil.rmtree(work, ignore_errors=True)
+        print(f"{c.model:9s} {c.runtime:12s} b{c.batch:<3d} zoo {a:8.2f} ms  repeat {b:8.2f} ms  "
+              f"hand {hand:8.2f} ms  zoo/hand {a / hand - 1:+.1%}  repeat {b / a - 1:+.1%}", flush=True)
     result = {"threads": threads, "rows": rows,
               "max_abs_zoo_vs_hand": max(abs(r["zoo_vs_hand"]) for r in rows),
               "max_abs_repeat": max(abs(r["repeat_vs_first"]) for r in rows)}
