@@ -71,6 +71,7 @@ def test_golden_output_reproduced(case: str, ext: str, tmp_path: Path) -> None:
 def test_opencv_on_the_golden_files(tmp_path: Path) -> None:
     """OpenCV's readNetFromTorch on the original files against Torch7's own outputs (one child
     process for all): it agrees, or deviates where the frontend recorded a known deviation."""
+    corpus("torch7-golden")  # skips without the corpus
     feeds, ys, known, jobs = {}, {}, {}, []
     for (case, ext), key in zip(CASES, IDS):
         net, x, y, _ = golden(case, ext)
