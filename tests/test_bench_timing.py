@@ -21,6 +21,19 @@ def busy(ms: float) -> None:
         pass
 
 
+class FakeClock:
+    """Time advances only when a phase 'runs' for a given number of milliseconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, ms: float) -> None:
+        self.now += ms / 1000
+
+
 def test_sleep_of_known_duration() -> None:
     t = measure([lambda i: time.sleep(0.02)], lambda: None, FAST)
     med = summarize(t.samples_ms[0])["median_ms"]
@@ -51,29 +64,16 @@ def test_asynchronous_work_is_not_under_measured() -> None:
 
 
 def test_blocks_of_calls_report_per_call_time() -> None:
-    calls = []
-    t = measure([lambda i: (calls.append(i), busy(1.0))], lambda: None,
-                Policy(fixed=3, dry=10, calls=10))
-    assert len(t.samples_ms[0]) == 3 and 1.0 <= np.median(t.samples_ms[0]) < 1.6
+    clock, calls = FakeClock(), []
+    t = measure([lambda i: (calls.append(i), clock.spend(1.0))], lambda: None,
+                Policy(fixed=3, dry=10, calls=10), clock=clock)
+    assert len(t.samples_ms[0]) == 3 and np.median(t.samples_ms[0]) == pytest.approx(1.0)
     assert len(calls) == 1 + 10 + 30  # first call + dry runs + 3 blocks of 10
 
 
 def test_fixed_count_with_the_first_discarded() -> None:
     t = measure([lambda i: None, lambda i: None], lambda: None, Policy(fixed=11, discard=1))
     assert [len(s) for s in t.samples_ms] == [10, 10]
-
-
-class FakeClock:
-    """Time advances only when a phase 'runs' for a given number of milliseconds."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def spend(self, ms: float) -> None:
-        self.now += ms / 1000
 
 
 def test_stops_as_soon_as_the_median_is_stable() -> None:
