@@ -96,6 +96,9 @@ def reverify(art: Path) -> artifacts.Converted:
     from .verify import verify
 
     info_path = art / "convert.json"
+    missing = [f for f in ("model.py", "model.onnx", "model.safetensors", "ir.json") if not (art / f).is_file()]
+    if missing:
+        raise BadModel(str(art), "", f"not a zoo artifact directory (missing {', '.join(missing)})")
     try:
         info = json.loads(info_path.read_text())
     except (OSError, ValueError):

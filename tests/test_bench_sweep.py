@@ -96,6 +96,7 @@ def test_unreadable_results_file(tmp_path: Path) -> None:
     ("onnxruntime", "cpu", "fp32", "nchw", "training", "inference only"),
     ("onnxruntime", "cpu", "fp32", "channels_last", "inference", "chooses its own layout"),
     ("onnxruntime-trt", "cpu", "fp32", "nchw", "inference", "NVIDIA GPUs only"),
+    ("onnxruntime-trt", "cuda:0", "fp16", "nchw", "training", "inference only"),
     ("opencv", "cpu", "fp16", "nchw", "inference", "fp32 only"),
     ("opencv", "cuda:0", "fp32", "nchw", "inference", "no CUDA backend"),
     ("torch", "cuda:0", "fp32", "nchw", "inference", "CUDA is not available"),

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from bench.cases import LAYERS, PROTOCOLS, Case, Protocol
+from bench.cases import modes as mode_list
 from bench.timing import Policy
 from bench.worker import make_inputs
 from convert import __version__, artifacts, reference
@@ -184,19 +185,23 @@ def original_files(p: Prepared) -> dict[str, Any] | None:
 
 def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str],
                precisions: list[str], layouts: list[str], batch: int, modes: list[str],
-               threads: int, seed: int, policy: Policy) -> list[Case]:
+               threads: int, seed: int, policy: Policy, dry: bool = False) -> list[Case]:
+    """One case per runtime, precision, layout and mode (``dry``: listing only, nothing computed)."""
     info = p.info
     fmt = info.get("framework") or (p.target.entry.framework if p.target.entry else "")
     cases = []
     if info:
         shapes = {k: [batch, *v[1:]] for k, v in info["inputs"].items()}
-        ir = json.loads((p.art / "ir.json").read_text())
-        out_shapes = [[batch, *ir["shapes"][o][1:]] for o in info["outputs"]]
         gflops = 2 * info["macs_per_image"] / 1e9
     else:
-        shapes, out_shapes, gflops = {}, [], None
-    ref = str(reference_outputs(p, batch, seed, proto.n_inputs)) if not p.status else None
-    original = original_files(p) if not p.status else None
+        shapes, gflops = {}, None
+    live = not p.status and not dry
+    out_shapes = []
+    if live:
+        ir = json.loads((p.art / "ir.json").read_text())
+        out_shapes = [[batch, *ir["shapes"][o][1:]] for o in info["outputs"]]
+    ref = str(reference_outputs(p, batch, seed, proto.n_inputs)) if live else None
+    original = original_files(p) if live else None
     for rt in runtimes:
         for prec in precisions:
             for layout in layouts:
@@ -235,7 +240,7 @@ def build(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers
     proto = PROTOCOLS[protocol]
     ts = targets_for(specs, all_, proto, layers, quick)
     policy = QUICK_POLICY if quick else (CPU_POLICY if proto.name == "zoo" and device == "cpu" else proto.policy)
-    modes = [proto.mode] if proto.mode else (["inference", "training"] if mode == "both" else [mode])
+    modes = [proto.mode] if proto.mode else mode_list(mode)
     cases: list[Case] = []
     for i, t in enumerate(ts):
         if progress:
@@ -253,8 +258,7 @@ def build(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers
                     p = prepare(t, (b, *next(iter(p.info["inputs"].values()))[1:]), proto.strip, seed)
             cases += plan_cases(p, proto, device=device, runtimes=runtimes, precisions=precisions,
                                 layouts=layouts, batch=b, modes=modes, threads=threads, seed=seed,
-                                policy=policy) if not dry_run else _dry_cases(
-                p, proto, device, runtimes, precisions, layouts, b, modes, threads, policy)
+                                policy=policy, dry=dry_run)
     return cases
 
 
@@ -268,16 +272,6 @@ def _describe_only(t: Target, hw: int | None) -> Prepared:
     info = {"inputs": {k: list(v) for k, v in g.inputs.items()}, "outputs": g.outputs,
             "macs_per_image": g.macs() // batch}
     return Prepared(t, MODELS / t.name, info)
-
-
-def _dry_cases(p: Prepared, proto: Protocol, device: str, runtimes: list[str], precisions: list[str],
-               layouts: list[str], b: int, modes: list[str], threads: int, policy: Policy) -> list[Case]:
-    gflops = 2 * p.info["macs_per_image"] / 1e9
-    return [Case(model=p.target.name, source_format="", artifact=str(p.art), runtime=rt, device=device,
-                 precision=pr, layout=la, batch=b, mode=m, protocol=proto.name, threads=threads,
-                 input_shapes={k: [b, *v[1:]] for k, v in p.info["inputs"].items()}, output_shapes=[],
-                 policy=policy.__dict__, gflops_per_image=gflops)
-            for rt in runtimes for pr in precisions for la in layouts for m in modes]
 
 
 def default_results_path(env: dict[str, Any]) -> Path:

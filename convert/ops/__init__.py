@@ -21,10 +21,6 @@ def helper(name: str, source: str) -> str:
     return name
 
 
-def pair(v: int | tuple[int, ...]) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
-
-
 def fmt(v: float) -> str:
     """A float literal for generated code that round-trips exactly."""
     if v == float("inf"):
