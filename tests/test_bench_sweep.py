@@ -44,8 +44,9 @@ def test_crash_and_hang_become_error_rows_and_the_sweep_goes_on(tmp_path: Path, 
     assert [r["status"] for r in rows] == ["error", "error", "unverified"]
     assert "exit code 3" in rows[0]["reason"] and "timed out after 5 s" in rows[1]["reason"]
     assert rows[2]["reason"] == "no reference outputs for this case"  # timed, but not checked
-    f, b = rows[2]["forward"]["median_ms"], rows[2]["backward"]["median_ms"]
-    assert 20 <= f < 28 and 30 <= b < 40
+    f, b = (min(rows[2][k]["samples_ms"]) for k in ("forward", "backward"))
+    assert 20 <= f < 24 and 30 <= b < 34  # the fastest sample: a loaded machine inflates medians only
+    assert rows[2]["forward"]["median_ms"] >= 20 and rows[2]["backward"]["median_ms"] >= 30
     assert validate(json.loads((tmp_path / "r.json").read_text()))["rows"] == rows
 
 

@@ -36,19 +36,22 @@ class FakeClock:
 
 def test_sleep_of_known_duration() -> None:
     t = measure([lambda i: time.sleep(0.02)], lambda: None, FAST)
-    med = summarize(t.samples_ms[0])["median_ms"]
-    assert 20.0 <= med < 25.0, med  # upper bounds leave room for a loaded CI machine
+    s = np.asarray(t.samples_ms[0])
+    # never under-measured; the fastest sample shows the loop's own overhead (a loaded machine
+    # inflates the median, not the minimum)
+    assert np.median(s) >= 20.0 and 20.0 <= s.min() < 22.0, s
 
 
 def test_busy_loop_of_known_duration() -> None:
-    t = measure([lambda i: busy(5.0)], lambda: None, FAST)
-    assert 5.0 <= summarize(t.samples_ms[0])["median_ms"] < 6.5
+    s = np.asarray(measure([lambda i: busy(5.0)], lambda: None, FAST).samples_ms[0])
+    assert np.median(s) >= 5.0 and 5.0 <= s.min() < 5.5, s
 
 
 def test_phases_are_timed_separately() -> None:
     t = measure([lambda i: busy(2.0), lambda i: busy(6.0)], lambda: None, FAST)
-    f, b = (summarize(s)["median_ms"] for s in t.samples_ms)
-    assert 2.0 <= f < 3.0 and 6.0 <= b < 7.5
+    f, b = (np.asarray(s) for s in t.samples_ms)
+    assert 2.0 <= f.min() < 2.5 and 6.0 <= b.min() < 6.5, (f, b)
+    assert np.median(f) < np.median(b)
 
 
 def test_asynchronous_work_is_not_under_measured() -> None:
@@ -59,7 +62,7 @@ def test_asynchronous_work_is_not_under_measured() -> None:
     # the same runtime without a sync would look almost free: what the sync is there to prevent
     no_sync = measure([lambda i: dev.launch(0.015)], lambda: None,
                       Policy(warmup_iters=1, warmup_s=0, min_iters=5, min_s=0, max_iters=5))
-    assert summarize(no_sync.samples_ms[0])["median_ms"] < 1.0
+    assert min(no_sync.samples_ms[0]) < 1.0
     dev.synchronize()
 
 
