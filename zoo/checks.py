@@ -129,76 +129,10 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
     return result
 
 
-HAND_LOOP = r"""
-import statistics, sys, time, json
-import numpy as np
-kind, art, batch, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-info = json.load(open(art + "/convert.json"))
-name, shape = next(iter(info["inputs"].items()))
-x = np.random.default_rng(0).standard_normal([batch] + shape[1:]).astype(np.float32)
-if kind == "torch":
-    import torch
-    torch.set_num_threads(threads)
-    sys.path.insert(0, art)
-    import model
-    net = model.load()
-    xt = torch.from_numpy(x)
-    def step():
-        with torch.inference_mode():
-            net(xt)
-else:
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(art + "/model.onnx", so, providers=["CPUExecutionProvider"])
-    def step():
-        sess.run(None, {name: x})
-for _ in range(10):
-    step()
-times = []
-for _ in range(40):
-    t0 = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t0)
-print(statistics.median(times) * 1000)
-"""
-
-
-def harness() -> dict[str, Any]:
-    """zoo's timing of a case vs a minimal hand-written loop, and the same case timed again.
-
-    For each case (AlexNet and ResNet-50, PyTorch eager and ONNX Runtime, batch 1 and 16, CPU),
-    in this order and each in a fresh process: zoo's worker, the hand-written loop, zoo's worker
-    again; interleaving keeps the machine's slow drifts out of the comparison."""
-    from bench.env import physical_cores
-    from bench.timing import Policy
-    from bench.worker import isolated
-
-    from . import benchmark
-
-    threads = physical_cores()
-    cases = benchmark.build(["alexnet", "resnet50"], runtimes=["torch", "onnxruntime"], precisions=["fp32"],
-                            layouts=["nchw"], batches=[1, 16], threads=threads)
-    rows = []
-    for c in cases:
-        c.policy = Policy().__dict__  # the zoo protocol's full policy (--all on a CPU uses a shorter one)
-        a = isolated(c.to_dict(), 900)["forward"]["median_ms"]
-        hand = float(subprocess.run([sys.executable, "-c", HAND_LOOP, c.runtime, c.artifact, str(c.batch),
-                                     str(threads)], check=True, capture_output=True, text=True).stdout)
-        b = isolated(c.to_dict(), 900)["forward"]["median_ms"]
-        rows.append({"model": c.model, "runtime": c.runtime, "batch": c.batch, "zoo_ms": a, "zoo_repeat_ms": b,
-                     "hand_ms": hand, "zoo_vs_hand": a / hand - 1, "repeat_vs_first": b / a - 1})
-        print(f"{c.model:9s} {c.runtime:12s} b{c.batch:<3d} zoo {a:8.2f} ms  repeat {b:8.2f} ms  "
-              f"hand {hand:8.2f} ms  zoo/hand {a / hand - 1:+.1%}  repeat {b / a - 1:+.1%}", flush=True)
-    result = {"threads": threads, "rows": rows,
-              "max_abs_zoo_vs_hand": max(abs(r["zoo_vs_hand"]) for r in rows),
-              "max_abs_repeat": max(abs(r["repeat_vs_first"]) for r in rows)}
-    _save("harness", result)
-    return result
-
-
 def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.ERROR)
+    from .checks_harness import harness
+
     checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness}
     try:
         from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
