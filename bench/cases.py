@@ -54,6 +54,7 @@ PROTOCOLS = {
 }
 
 # The convnet-benchmarks layer-wise set: (name, in channels, out channels, kernel, input size).
+LAYER_BATCH = 128  # convnet-benchmarks times every layer at batch 128
 LAYERS = [("L1", 3, 96, 11, 128), ("L2", 64, 128, 9, 64), ("L3", 128, 128, 9, 32),
           ("L4", 128, 128, 7, 16), ("L5", 384, 384, 3, 13)]
 

@@ -176,3 +176,13 @@ def test_dry_run_lists_cases_without_converting(tmp_path: Path, monkeypatch) -> 
     assert r.exit_code == 0, r.output
     assert "vgg-a" in r.output and "16 cases" in r.output and "minutes" in r.output
     assert not (tmp_path / "outputs").exists()
+
+
+def test_layers_keep_their_own_input_at_batch_128() -> None:
+    from zoo import benchmark
+
+    cases = benchmark.build([], layers=True, protocol="convnet-benchmarks", runtimes=["torch"],
+                            precisions=["fp32"], layouts=["nchw"], batches=[1], threads=1, dry_run=True)
+    assert [(c.model, c.batch, c.input_shapes["data"]) for c in cases] == [
+        ("L1", 128, [128, 3, 128, 128]), ("L2", 128, [128, 64, 64, 64]), ("L3", 128, [128, 128, 32, 32]),
+        ("L4", 128, [128, 128, 16, 16]), ("L5", 128, [128, 384, 13, 13])]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.cases import LAYERS, PROTOCOLS, Case, Protocol
+from bench.cases import LAYER_BATCH, LAYERS, PROTOCOLS, Case, Protocol
 from bench.cases import modes as mode_list
 from bench.timing import Policy
 from bench.worker import make_inputs
@@ -62,7 +62,7 @@ def layer_targets() -> list[Target]:
     out = []
     for name, cin, cout, k, hw in LAYERS:
         p = d / f"{name}.prototxt"
-        text = (f'name: "{name}"\ninput: "data" input_dim: 128 input_dim: {cin} input_dim: {hw} '
+        text = (f'name: "{name}"\ninput: "data" input_dim: {LAYER_BATCH} input_dim: {cin} input_dim: {hw} '
                 f'input_dim: {hw}\nlayer {{ name: "conv" type: "Convolution" bottom: "data" '
                 f'top: "conv" convolution_param {{ num_output: {cout} kernel_size: {k} }} }}\n')
         if not p.exists() or p.read_text() != text:
@@ -245,8 +245,9 @@ def build(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers
     for i, t in enumerate(ts):
         if progress:
             progress(i, len(ts), t.name)
-        hw = proto.hw_of(t.name)
-        bs = sorted({proto.batch_of(t.name, b) for b in batches})
+        # a layer's input is its own (channels, size, batch 128); a model's follows the protocol
+        hw = None if layers else proto.hw_of(t.name)
+        bs = [LAYER_BATCH] if layers else sorted({proto.batch_of(t.name, b) for b in batches})
         for b in bs:
             if dry_run:
                 p = _describe_only(t, hw)
