@@ -186,3 +186,11 @@ def test_layers_keep_their_own_input_at_batch_128() -> None:
     assert [(c.model, c.batch, c.input_shapes["data"]) for c in cases] == [
         ("L1", 128, [128, 3, 128, 128]), ("L2", 128, [128, 64, 64, 64]), ("L3", 128, [128, 128, 32, 32]),
         ("L4", 128, [128, 128, 16, 16]), ("L5", 128, [128, 384, 13, 13])]
+
+
+def test_layers_picked_by_name_and_unknown_ones_refused(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", "--layers", "L5", "L4", "--runtime", "torch", "--dry-run"])
+    assert r.exit_code == 0 and "2 cases" in r.output and "L1" not in r.output, r.output
+    r = CliRunner().invoke(app, ["bench", "--layers", "L9", "--dry-run"])
+    assert r.exit_code == 2 and "unknown layer 'L9'" in r.output, r.output

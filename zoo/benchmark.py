@@ -218,8 +218,13 @@ def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str]
 
 
 def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, quick: bool) -> list[Target]:
-    if layers:
-        return layer_targets()
+    if layers:  # MODEL names pick some of L1-L5
+        ts = layer_targets()
+        unknown = sorted(set(specs) - {t.name for t in ts})
+        if unknown:
+            raise ConvertError(f"--layers: unknown layer {unknown[0]!r} (the layers are "
+                               f"{', '.join(t.name for t in ts)})")
+        return [t for t in ts if t.name in specs] if specs else ts
     if all_:
         return [resolve(n) for n in (proto.models or CATALOGUE)]
     if specs:
