@@ -173,7 +173,8 @@ def bench_cmd(
     batch: list[int] = typer.Option(None, help="Batch sizes (repeatable); default 1."),
     mode: str = typer.Option("inference", help="inference, training or both."),
     protocol: str = typer.Option("zoo", help="zoo, cnn-benchmarks or convnet-benchmarks."),
-    layers: bool = typer.Option(False, "--layers", help="convnet-benchmarks' L1-L5 convolutions (MODEL names pick some: L4 L5)."),
+    layers: bool = typer.Option(
+        False, "--layers", help="convnet-benchmarks' L1-L5 convolutions (MODEL names pick some: L4 L5)."),
     out_file: Path | None = typer.Option(
         None, "--out", help="Results file (default outputs/results/<machine>/<time>.json)."),
     resume: bool = typer.Option(False, help="Continue the --out file: skip the cases it has."),
