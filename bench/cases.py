@@ -82,7 +82,8 @@ class Case:
     grad_input: bool = True
     out_grad: str = "random"
     retain_graph: bool = False
-    gflops_per_image: float | None = None
+    gflops_per_image: float | None = None  # forward
+    backward_gflops_per_image: float | None = None  # None: twice the forward (input + weight grads)
     gemm_peak_tflops: float | None = None
     reference: str | None = None  # .npz of the float64 reference outputs on the first input
     original: dict[str, Any] | None = None  # the original files, for OpenCV

@@ -125,7 +125,9 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
     bwd = summarize(t.samples_ms[1]) if len(t.samples_ms) > 1 else None
     total_ms = fwd["median_ms"] + (bwd["median_ms"] if bwd else 0.0)
     gflops = case.get("gflops_per_image")
-    flops = (3 if bwd else 1) * (gflops or 0) * case["batch"]  # backward ~ 2x forward
+    back = case.get("backward_gflops_per_image")
+    back = 2 * (gflops or 0) if back is None else back  # input and weight gradients: 2x forward
+    flops = ((gflops or 0) + (back if bwd else 0)) * case["batch"]
     achieved = flops / total_ms if gflops else None  # GFLOP per ms = TFLOP/s
     peak = case.get("gemm_peak_tflops")
     mem = {"host_peak_rss_bytes": peak_rss_bytes(), **rt.memory()}

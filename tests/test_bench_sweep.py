@@ -194,3 +194,20 @@ def test_layers_picked_by_name_and_unknown_ones_refused(tmp_path: Path, monkeypa
     assert r.exit_code == 0 and "2 cases" in r.output and "L1" not in r.output, r.output
     r = CliRunner().invoke(app, ["bench", "--layers", "L9", "--dry-run"])
     assert r.exit_code == 2 and "unknown layer 'L9'" in r.output, r.output
+
+
+def test_data_gradient_left_out_of_backward_flops(tmp_path: Path) -> None:
+    """The first layer with weights after parameter-free ops on the data skips its input gradient."""
+    from convert.api import convert
+    from zoo.benchmark import data_grad_macs_per_image
+
+    src = tmp_path / "n.prototxt"
+    src.write_text('input: "data" input_dim: 2 input_dim: 3 input_dim: 8 input_dim: 8\n'
+                   'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }\n'
+                   'layer { name: "c1" type: "Convolution" bottom: "r" top: "c1" '
+                   'convolution_param { num_output: 4 kernel_size: 3 } }\n'
+                   'layer { name: "c2" type: "Convolution" bottom: "c1" top: "c2" '
+                   'convolution_param { num_output: 5 kernel_size: 3 } }\n')
+    art = convert(src, out=tmp_path).dir
+    ir = json.loads((art / "ir.json").read_text())
+    assert data_grad_macs_per_image(art, ir) == 4 * 6 * 6 * 3 * 9  # c1 only, per image

@@ -149,3 +149,7 @@ def test_throughput_figures() -> None:
     assert fig["images_per_s"] == pytest.approx(400.0)
     fig = _figures(case, Timing(samples_ms=[[10.0] * 3, [20.0] * 3]), 0.1, Rt())
     assert fig["achieved_tflops"] == pytest.approx(0.2) and fig["images_per_s"] == pytest.approx(4 / 0.03)
+    # without the data gradient (convnet-benchmarks) backward costs what the planner says it does
+    fig = _figures({**case, "backward_gflops_per_image": 0.25}, Timing(samples_ms=[[10.0] * 3, [20.0] * 3]),
+                   0.1, Rt())
+    assert fig["achieved_tflops"] == pytest.approx(4 * 0.75 / 30)

@@ -183,6 +183,25 @@ def original_files(p: Prepared) -> dict[str, Any] | None:
     return {"framework": "torch7", "source": t7, "weights": None, "outputs": {}}
 
 
+def data_grad_macs_per_image(art: Path, ir: dict[str, Any]) -> int:
+    """Multiply-adds per image of the input gradients autograd skips when the data needs none: those
+    of the first layers with weights whose inputs depend on the data only (a convolution's or a
+    linear layer's input gradient costs its forward's multiply-adds)."""
+    from safetensors import safe_open
+
+    with safe_open(str(art / "model.safetensors"), framework="numpy") as f:
+        weights = {k: np.broadcast_to(np.float32(0), f.get_slice(k).get_shape()) for k in f.keys()}
+    g = Graph.from_json(ir, weights)
+    no_grad, skipped = set(g.inputs), 0
+    for n in g.nodes:
+        if all(i in no_grad for i in n.inputs):
+            if n.weight_names():
+                skipped += g.node_macs(n)
+            else:
+                no_grad.update(n.outputs)
+    return skipped // next(iter(g.inputs.values()))[0]
+
+
 def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str],
                precisions: list[str], layouts: list[str], batch: int, modes: list[str],
                threads: int, seed: int, policy: Policy, dry: bool = False) -> list[Case]:
@@ -200,6 +219,9 @@ def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str]
     if live:
         ir = json.loads((p.art / "ir.json").read_text())
         out_shapes = [[batch, *ir["shapes"][o][1:]] for o in info["outputs"]]
+    back = None  # backward FLOPs: twice the forward, less the data gradient when it is skipped
+    if live and gflops is not None and not proto.grad_input:
+        back = 2 * gflops - 2 * data_grad_macs_per_image(p.art, ir) / 1e9
     ref = str(reference_outputs(p, batch, seed, proto.n_inputs)) if live else None
     original = original_files(p) if live else None
     for rt in runtimes:
@@ -212,7 +234,8 @@ def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str]
                         protocol=proto.name, threads=threads, input_shapes=shapes,
                         output_shapes=out_shapes, policy=policy.__dict__, seed=seed,
                         n_inputs=proto.n_inputs, grad_input=proto.grad_input, out_grad=proto.out_grad,
-                        retain_graph=proto.retain_graph, gflops_per_image=gflops, reference=ref,
+                        retain_graph=proto.retain_graph, gflops_per_image=gflops,
+                        backward_gflops_per_image=back, reference=ref,
                         original=original, status=p.status, reason=p.reason))
     return cases
 
