@@ -211,3 +211,12 @@ def test_data_gradient_left_out_of_backward_flops(tmp_path: Path) -> None:
     art = convert(src, out=tmp_path).dir
     ir = json.loads((art / "ir.json").read_text())
     assert data_grad_macs_per_image(art, ir) == 4 * 6 * 6 * 3 * 9  # c1 only, per image
+
+
+@pytest.mark.parametrize("args", [["--layers"], ["--protocol", "cnn-benchmarks"], ["--protocol", "convnet-benchmarks"]])
+@pytest.mark.parametrize("option", [["--batch", "32"], ["--mode", "inference"]])
+def test_what_a_protocol_fixes_is_refused(tmp_path: Path, monkeypatch, args, option) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["bench", *args, *option, "--dry-run"])
+    assert r.exit_code == 2 and f"{option[0]} " in r.output and "does not apply" in r.output, r.output
+    assert "Traceback" not in r.output

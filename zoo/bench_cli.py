@@ -33,7 +33,7 @@ def check_request(*, gpu: int | None, runtimes: list[str], precisions: list[str]
         wrong = [v for v in value if v not in allowed]
         if wrong:
             raise ConvertError(f"unknown {what} {wrong[0]!r} (choose from {', '.join(allowed)})")
-    if mode not in MODES:
+    if mode and mode not in MODES:
         raise ConvertError(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
     if protocol not in PROTOCOLS:
         raise ConvertError(f"unknown protocol {protocol!r} (choose from {', '.join(PROTOCOLS)})")
@@ -62,6 +62,14 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
                            batches=batches, mode=mode, protocol=protocol, threads=threads)
     if layers and protocol == "zoo":
         protocol = "convnet-benchmarks"  # the layer-wise set is that project's
+    # what a protocol fixes is refused when asked for, rather than silently replaced
+    what = "--layers" if layers else f"--protocol {protocol}"
+    if batches and (layers or PROTOCOLS[protocol].batch):
+        raise ConvertError(f"--batch does not apply with {what}: it fixes its own batch sizes")
+    fixed_mode = PROTOCOLS[protocol].mode
+    if mode and fixed_mode and mode != fixed_mode:
+        raise ConvertError(f"--mode {mode} does not apply with {what}: it times {fixed_mode}")
+    mode = mode or "inference"
     threads = threads or benv.physical_cores()
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
     precisions = precisions or default_precisions(device)

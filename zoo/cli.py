@@ -171,7 +171,7 @@ def bench_cmd(
     precision: list[str] = typer.Option(None, help="fp32, fp16, bf16 (repeatable)."),
     layout: list[str] = typer.Option(None, help="nchw, channels_last (repeatable); default nchw."),
     batch: list[int] = typer.Option(None, help="Batch sizes (repeatable); default 1."),
-    mode: str = typer.Option("inference", help="inference, training or both."),
+    mode: str = typer.Option("", help="inference, training or both (default inference)."),
     protocol: str = typer.Option("zoo", help="zoo, cnn-benchmarks or convnet-benchmarks."),
     layers: bool = typer.Option(
         False, "--layers", help="convnet-benchmarks' L1-L5 convolutions (MODEL names pick some: L4 L5)."),
