@@ -7,6 +7,7 @@ so a failed run leaves nothing half-written.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -70,8 +71,11 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
           opencv_factory: Callable[[Path], Any] | None = None, known_opencv: list[str] | None = None,
           check: bool = True, title: str = "") -> Converted:
     """Write, verify and move into place the artifacts of ``g`` at ``dest``."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    except OSError as e:
+        raise _unwritable(dest, e) from None
     try:
         started = time.perf_counter()
         (tmp / "model.py").write_text(model_source(g, title or f"{g.meta.get('name', dest.name)}"))
@@ -88,10 +92,20 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         (tmp / "convert.json").write_text(dump_json(info))
         tmp.chmod(0o755)
         _replace(tmp, dest)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+            raise _unwritable(dest, e) from None
         raise
     return Converted(dest, info)
+
+
+# The output location's problems (not zoo's): a full disk, a quota, no permission, read-only.
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def _unwritable(dest: Path, e: OSError) -> ConvertError:
+    return ConvertError(f"{dest}: cannot write the output: {e.strerror or e}; nothing was written")
 
 
 def _finite(obj: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -23,3 +24,14 @@ def corpus_files(sub: str, pattern: str) -> list[Path]:
     """Files for parametrization (empty when the corpus is absent: the tests then skip)."""
     base = CORPUS / sub
     return sorted(base.rglob(pattern)) if base.exists() else []
+
+
+@pytest.fixture
+def disk_heavy(tmp_path_factory: pytest.TempPathFactory):
+    """Tests that write full-size weights (up to 0.8 GB each) take turns across xdist workers, so
+    the suite needs one such test's disk at a time (a passed test's tmp_path is deleted at once)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with open(root / "disk-heavy.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield

@@ -3,14 +3,16 @@ big models, dynamic batch, atomic replacement."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-from convert import onnx_emit
+from convert import artifacts, onnx_emit
 from convert.api import convert
 from convert.artifacts import read_safetensors, write_safetensors
 from convert.errors import ConvertError
@@ -73,3 +75,21 @@ def test_replacing_is_atomic(src: Path, tmp_path: Path) -> None:
         convert(src, out=tmp_path)
     assert json.loads((first.dir / "convert.json").read_text())["created"] == before  # old kept
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no leftovers
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES])
+def test_a_full_disk_is_one_line_and_leaves_nothing(src: Path, tmp_path: Path, monkeypatch, code: int) -> None:  # type: ignore[no-untyped-def]
+    def full(*a, **k):  # type: ignore[no-untyped-def]
+        raise OSError(code, os.strerror(code), str(tmp_path / "x" / "model.onnx"))
+
+    monkeypatch.setattr(artifacts, "write_onnx", full)
+    out = tmp_path / "out"
+    with pytest.raises(ConvertError, match=f"cannot write the output: {os.strerror(code)}; nothing was written"):
+        convert(src, out=out)
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_an_unwritable_output_location_is_one_line(src: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConvertError, match="cannot write the output"):
+        convert(src, out=tmp_path / "file" / "sub")

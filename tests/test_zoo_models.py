@@ -37,7 +37,7 @@ def test_every_zoo_model_is_tested() -> None:
 
 
 @pytest.mark.parametrize("name", [e.name for e in CAFFE])
-def test_zoo_model_converts_and_verifies(name: str, tmp_path: Path) -> None:
+def test_zoo_model_converts_and_verifies(name: str, tmp_path: Path, disk_heavy: None) -> None:
     e = CATALOGUE[name]
     hw = SMALL_INPUT[name]
     res = convert(e.source, out=tmp_path, shapes={"data": (1, 3, hw, hw)})
@@ -72,7 +72,7 @@ def test_every_lua_entry_is_compared() -> None:
 # Lua definitions fix their fully connected sizes (nn.View(256*6*6)), so they run at full size;
 # the heavier ones are left to `zoo convert --all`.
 @pytest.mark.parametrize("name", ["alexnet-owt-lua", "googlenet-lua", "resnet18-lua", "resnet50-lua"])
-def test_lua_model_converts_and_verifies(name: str, tmp_path: Path) -> None:
+def test_lua_model_converts_and_verifies(name: str, tmp_path: Path, disk_heavy: None) -> None:
     res = convert_target(resolve(name), out=tmp_path)
     v = res.report["verification"]["backends"]
     assert res.report["status"] == "verified", v
