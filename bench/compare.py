@@ -54,11 +54,16 @@ class Comparison:
         return {v: sum(ln.verdict == v for ln in self.lines) for v in (SLOWER, FASTER, SAME)}
 
 
-def match(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> tuple[list[tuple[Any, Any]], list, list]:
-    """Pairs of rows with the same case. The MATCH fields decide; where a run holds several rows
-    with those fields (other layouts or protocols), layout and protocol must agree too."""
-    full = lambda r: tuple(r.get(k) for k in (*MATCH, "layout", "protocol"))
-    short = lambda r: tuple(r.get(k) for k in MATCH)
+def match(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], any_runtime: bool = False
+          ) -> tuple[list[tuple[Any, Any]], list, list]:
+    """Pairs of rows with the same case: the MATCH fields, without the runtime when ``any_runtime``
+    (a Torch7 run of 2017 against today's PyTorch). Where a run holds several rows of a case (other
+    layouts, protocols or runtimes), those that also agree on these pair up; what is left of a case
+    pairs when one side has a single row (compared with each of the other side's); the rest is
+    unmatched. Returns the pairs and the MATCH tuples of the unmatched rows of A and of B."""
+    keys = tuple(k for k in MATCH if not (any_runtime and k == "runtime"))
+    full = lambda r: tuple(r.get(k) for k in (*keys, "runtime", "layout", "protocol"))
+    short = lambda r: tuple(r.get(k) for k in keys)
     by_full = {full(r): r for r in rows_b}
     pairs, rest_a, used = [], [], set()
     for r in rows_a:
@@ -68,17 +73,14 @@ def match(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> tuple[l
         else:
             rest_a.append(r)
     rest_b = [r for r in rows_b if full(r) not in used]
-    count = lambda rows, k: sum(short(r) == k for r in rows)
-    only_a = []
-    for r in rest_a:
-        k = short(r)
-        if count(rest_a, k) == 1 and count(rest_b, k) == 1:
-            pairs.append((r, next(x for x in rest_b if short(x) == k)))
-        else:
-            only_a.append(k)
-    paired_b = {id(b) for _, b in pairs}
-    only_b = [short(r) for r in rows_b if id(r) not in paired_b]
-    return pairs, only_a, only_b
+    for k in dict.fromkeys(map(short, rest_a)):
+        side_a = [r for r in rest_a if short(r) == k]
+        side_b = [r for r in rest_b if short(r) == k]
+        if side_b and (len(side_a) == 1 or len(side_b) == 1):
+            pairs += [(x, y) for x in side_a for y in side_b]
+    paired = {id(r) for pair in pairs for r in pair}
+    case = lambda r: tuple(r.get(k) for k in MATCH)
+    return pairs, [case(r) for r in rows_a if id(r) not in paired], [case(r) for r in rows_b if id(r) not in paired]
 
 
 def noise_floor(a: dict[str, Any], b: dict[str, Any], floor: float) -> float:
@@ -90,18 +92,21 @@ def noise_floor(a: dict[str, Any], b: dict[str, Any], floor: float) -> float:
 
 
 def compare(doc_a: dict[str, Any], doc_b: dict[str, Any], floor: float = 0.02, n_boot: int = 2000,
-            names: tuple[str, str] = ("A", "B")) -> Comparison:
+            names: tuple[str, str] = ("A", "B"), any_runtime: bool = False) -> Comparison:
     """Compare every matched case; ResultsError when a run is empty or no case matches."""
     for name, doc in zip(names, (doc_a, doc_b)):
         if not doc["rows"]:
             raise ResultsError(f"{name}: an empty run (no rows), nothing to compare")
-    pairs, only_a, only_b = match(doc_a["rows"], doc_b["rows"])
+    pairs, only_a, only_b = match(doc_a["rows"], doc_b["rows"], any_runtime)
     if not pairs:
-        raise ResultsError(f"no matching rows: the runs share no case ({', '.join(MATCH)}); "
+        fields = ", ".join(k for k in MATCH if not (any_runtime and k == "runtime"))
+        raise ResultsError(f"no matching rows: the runs share no case ({fields}); "
                            f"A has {_cases(doc_a['rows'])}, B has {_cases(doc_b['rows'])}")
     c = Comparison(only_a=only_a, only_b=only_b)
     for ra, rb in pairs:
-        case = tuple(ra.get(k) for k in MATCH)
+        # the runtime reads 'torch7-nn→torch' where the two differ
+        case = tuple(ra.get(k) if k != "runtime" or ra.get(k) == rb.get(k) else f"{ra.get(k)}→{rb.get(k)}"
+                     for k in MATCH)
         for part in PARTS:
             sa, sb = ra.get(part), rb.get(part)
             if part == "backward" and not sa and not sb:

@@ -31,14 +31,16 @@ def is_cnn_benchmarks(doc: Any) -> bool:
 
 
 def model_name(model_t7: str) -> str:
-    """'models/resnets/resnet-50.t7' -> 'resnet50', 'vgg16.t7' -> 'vgg16', 'googlenet-v1.t7' ->
-    'googlenet'; anything else keeps its stem (lower case)."""
+    """The zoo's name of the network: 'models/resnets/resnet-50.t7' -> 'resnet50-lua' (the seeds'
+    ResNets are fb.resnet.torch's, whose bottleneck strides the 3x3 convolution: zoo's Torch-style
+    definition, not KaimingHe's Caffe one), 'vgg16.t7' -> 'vgg16' (converted from the Caffe release),
+    'googlenet-v1.t7' -> 'googlenet'; anything else keeps its stem (lower case)."""
     stem = PurePosixPath(str(model_t7).replace("\\", "/")).name.lower()
     stem = stem[:-3] if stem.endswith(".t7") else stem
     if stem.startswith("googlenet") or re.fullmatch(r"inception([-_]?v1)?", stem):
         return "googlenet"  # Inception v1 is GoogLeNet; later Inception versions are other nets
     m = re.fullmatch(r"(resnet|vgg)[-_]?(\d+)", stem)
-    return f"{m[1]}{m[2]}" if m else stem
+    return (f"resnet{m[2]}-lua" if m[1] == "resnet" else f"vgg{m[2]}") if m else stem
 
 
 def _times_ms(raw: dict[str, Any], name: str, where: str) -> list[float]:

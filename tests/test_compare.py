@@ -119,6 +119,21 @@ def test_rows_match_by_case_and_layout_where_ambiguous() -> None:
     # a case with other layout/protocol in each run still matches when it is the only one
     x, y = row(a, layout="nchw"), row(a, layout="channels_last")
     assert len(cmp.match([x], [y])[0]) == 1
+    # one row against several of the same case: compared with each; several against several: not
+    z = row(a, layout="nhwc")
+    assert len(cmp.match([x], [y, z])[0]) == 2
+    pairs, only_a, only_b = cmp.match([x, z], [y, row(a, layout="other")])
+    assert pairs == [] and len(only_a) == len(only_b) == 2
+
+
+def test_any_runtime_matches_across_runtimes() -> None:
+    a = base()
+    da, db = doc(row(a, runtime="torch7-cudnn")), doc(row(a * 0.5, runtime="torch"), row(a, runtime="onnxruntime"))
+    with pytest.raises(ResultsError, match="no matching rows"):
+        cmp.compare(da, db)
+    c = cmp.compare(da, db, any_runtime=True)
+    assert sorted(ln.case[1] for ln in c.lines) == ["torch7-cudnn→onnxruntime", "torch7-cudnn→torch"]
+    assert {ln.case[1]: ln.verdict for ln in c.lines}["torch7-cudnn→torch"] == "faster"
 
 
 def test_env_differences_are_warned_unless_ignored(tmp_path: Path) -> None:

@@ -229,6 +229,8 @@ def compare_cmd(
     threshold: float = typer.Option(5.0, help="Exit 1 when a case is significantly slower by more than PCT %."),
     noise_floor: float = typer.Option(2.0, help="Changes below PCT % (or the runs' own spread) are not significant."),
     ignore_env: bool = typer.Option(False, "--ignore-env", help="No warning when the environments differ."),
+    any_runtime: bool = typer.Option(False, "--any-runtime",
+                                     help="Match cases whatever their runtime (e.g. a Torch7 file against PyTorch)."),
 ) -> None:
     """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval, a verdict."""
     from bench import compare as cmp
@@ -240,7 +242,7 @@ def compare_cmd(
         raise ConvertError("--threshold and --noise-floor are percentages >= 0")
     try:
         doc_a, doc_b = read_any(a), read_any(b)
-        c = cmp.compare(doc_a, doc_b, noise_floor / 100, names=(str(a), str(b)))
+        c = cmp.compare(doc_a, doc_b, noise_floor / 100, names=(str(a), str(b)), any_runtime=any_runtime)
     except ResultsError as e:
         raise ConvertError(str(e)) from None
     warn = lambda msg: err.print(f"[yellow]warning:[/yellow] {msg}", highlight=False, soft_wrap=True)
