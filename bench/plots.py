@@ -112,9 +112,6 @@ def roofline(rows: list[Row], envs: list[dict[str, Any]]) -> Figure | None:
     for i, (name, rs) in enumerate(sorted(by_rt.items())):
         ax.scatter([r["gflops_per_image"] for r in rs], [r["achieved_tflops"] for r in rs],
                    marker=markers[i % len(markers)], label=name, zorder=3)
-        for r in rs:
-            ax.annotate(r["model"], (r["gflops_per_image"], r["achieved_tflops"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
     peaks = _peaks(envs, {(r["device"], r["precision"]) for r in pts})
     for i, (name, tflops) in enumerate(peaks):  # grey lines: the points keep the colours
         ax.axhline(tflops, color="0.35", linestyle=("--", ":", "-.")[i % 3], linewidth=1,
@@ -129,7 +126,43 @@ def roofline(rows: list[Row], envs: list[dict[str, Any]]) -> Figure | None:
     ax.set_title("Achieved throughput against model size")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize="x-small")
+    _name_points(fig, ax, [(r["model"], r["gflops_per_image"], r["achieved_tflops"]) for r in pts])
     return fig
+
+
+# Where a point's name may go, in points from the point: right/left, above/below, then farther.
+_SPOTS = [(4, 1), (4, -9), (-4, 1), (-4, -9), (4, 7), (4, -15), (-4, 7), (-4, -15), (10, -4), (-10, -4)]
+
+
+def _name_points(fig: Figure, ax: Any, points: list[tuple[str, float, float]], size: float = 7) -> None:
+    """Name every point where its label covers no other label or point, or the least of them:
+    names of close models would otherwise print over each other. Sizes are estimated from the
+    font size (a character about 0.6 em wide), positions come from the laid-out axes."""
+    fig.draw_without_rendering()
+    px = fig.dpi / 72  # pixels per point
+    xy = ax.transData.transform([(x, y) for _, x, y in points])
+    frame = ax.get_window_extent()
+    dot = 4 * px
+    taken = [(x - dot, y - dot, x + dot, y + dot) for x, y in xy]
+
+    def cost(box: tuple[float, float, float, float]) -> float:
+        out = max(0.0, frame.x0 - box[0]) + max(0.0, box[2] - frame.x1) + max(0.0, box[3] - frame.y1) \
+            + max(0.0, frame.y0 - box[1])
+        hit = sum(max(0.0, min(box[2], t[2]) - max(box[0], t[0])) * max(0.0, min(box[3], t[3]) - max(box[1], t[1]))
+                  for t in taken)
+        return hit + 1e3 * out
+
+    w_char, h = 0.6 * size * px, 1.15 * size * px
+    for (name, x, y), (cx, cy) in sorted(zip(points, xy), key=lambda p: -p[1][1]):
+        boxes = []
+        for dx, dy in _SPOTS:
+            w = w_char * len(name)
+            x0 = cx + dx * px if dx > 0 else cx + dx * px - w
+            boxes.append(((x0, cy + dy * px, x0 + w, cy + dy * px + h), dx, dy))
+        box, dx, dy = min(boxes, key=lambda b: cost(b[0]))  # the first of the cheapest
+        taken.append(box)
+        ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=size,
+                    ha="left" if dx > 0 else "right", va="bottom")
 
 
 def _plain_log_ticks(axis: Any, values: list[float]) -> None:
@@ -178,16 +211,21 @@ def save(figs: dict[str, Figure], out_dir: Path, formats: tuple[str, ...] = ("pn
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, fig in figs.items():
-        for fmt in formats:
-            p = out_dir / f"{name}.{fmt}"
-            fig.savefig(p, dpi=110, metadata=_METADATA.get(fmt))
-            paths.append(p)
+    import matplotlib
+
+    with matplotlib.rc_context(_SAME_BYTES):
+        for name, fig in figs.items():
+            for fmt in formats:
+                p = out_dir / f"{name}.{fmt}"
+                fig.savefig(p, dpi=110, metadata=_METADATA.get(fmt))
+                paths.append(p)
     return paths
 
 
-# No creation date or software version in the files: the same data give the same bytes.
+# No creation date or software version in the files, and SVG ids from a fixed salt (else random):
+# the same data give the same bytes.
 _METADATA = {"svg": {"Date": None, "Creator": None}, "png": {"Software": None}}
+_SAME_BYTES = {"svg.hashsalt": "zoo"}
 
 
 def svg_inline(fig: Figure) -> str:
@@ -196,7 +234,7 @@ def svg_inline(fig: Figure) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
+    with matplotlib.rc_context({"svg.fonttype": "none", **_SAME_BYTES}):
         fig.savefig(buf, format="svg", metadata=_METADATA["svg"])
     text = buf.getvalue()
     return text[text.index("<svg"):]

@@ -151,6 +151,20 @@ def test_figures(tmp_path: Path) -> None:
     paths = plots.save(figs, tmp_path)
     assert len(paths) == 8 and all(p.stat().st_size > 5000 for p in paths)
     assert (tmp_path / "roofline.svg").read_text().lstrip().startswith("<?xml")
+    again = plots.save(plots.figures(report.all_rows(runs()), [doc["env"]]), tmp_path / "again")
+    assert all(p.read_bytes() == q.read_bytes() for p, q in zip(paths, again))  # same data, same bytes
+
+
+def test_point_names_do_not_cover_each_other() -> None:
+    """Five models at nearly the same place (two far ones set the scale): each name gets its own spot."""
+    at = [(7.0 + 0.01 * i, 0.1 + 0.0002 * i) for i in range(5)] + [(1.0, 0.01), (50.0, 1.0)]
+    rows = [{**row("m", "torch"), "model": f"model-{i}", "gflops_per_image": x, "achieved_tflops": y}
+            for i, (x, y) in enumerate(at)]
+    fig = plots.roofline(rows, [ENV])
+    fig.draw_without_rendering()
+    boxes = [t.get_window_extent() for t in fig.axes[0].texts]
+    assert len(boxes) == 7
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
 
 
 def test_no_throughput_or_roofline_without_their_data() -> None:
