@@ -66,14 +66,18 @@ def gemm_peak(device: str, precision: str, threads: int, isolate: bool = True) -
     return {"n": n, "tflops": None, "reason": row.get("reason")}
 
 
+EFFICIENCY = 0.5  # of the GEMM rate, for estimates: the CPU runs measured 20-130% (batch 1 to 128)
+
+
 def estimate(case: Case, device_tflops: float) -> float:
-    """Seconds a case will take, roughly: startup plus warm-up and measurement at the peak rate."""
+    """Seconds a case will take, roughly: startup plus warm-up and measurement at half the GEMM rate."""
     p = Policy(**case.policy)
-    per_iter = (case.gflops_per_image or 1.0) * case.batch * (3 if case.mode == "training" else 1) \
-        / max(device_tflops * 1e3 * 0.3, 1e-3)  # assume 30% of the GEMM peak
-    if p.fixed:
-        iters = p.fixed + p.dry
-        return STARTUP_S + iters * per_iter * p.calls
+    fwd = case.gflops_per_image or 1.0
+    if case.mode == "training":
+        fwd += case.backward_gflops_per_image if case.backward_gflops_per_image is not None else 2 * fwd
+    per_iter = fwd * case.batch / max(device_tflops * 1e3 * EFFICIENCY, 1e-3)
+    if p.fixed:  # the first call, the dry runs, then the samples of p.calls calls each
+        return STARTUP_S + (1 + p.dry + p.fixed * p.calls) * per_iter
     warm = max(p.warmup_s, p.warmup_iters * per_iter)
     meas = min(max(p.min_s, p.min_iters * per_iter), p.max_s)
     return STARTUP_S + warm + meas + 2 * per_iter

@@ -220,3 +220,14 @@ def test_what_a_protocol_fixes_is_refused(tmp_path: Path, monkeypatch, args, opt
     r = CliRunner().invoke(app, ["bench", *args, *option, "--dry-run"])
     assert r.exit_code == 2 and f"{option[0]} " in r.output and "does not apply" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_estimate_counts_the_calls_a_fixed_protocol_makes() -> None:
+    fixed = Policy(fixed=5, calls=10, dry=10).__dict__
+    c = case("torch", mode="training", gflops_per_image=1.0, backward_gflops_per_image=1.0)
+    c.policy = fixed
+    c.batch = 2
+    # a call: (1 + 1) GFLOP x 2 images at half of 0.004 TFLOP/s = 2 s; the first, 10 dry, 5 x 10 timed
+    assert sweep.estimate(c, 0.004) == pytest.approx(sweep.STARTUP_S + 61 * 2.0)
+    c.backward_gflops_per_image = None  # twice the forward
+    assert sweep.estimate(c, 0.004) == pytest.approx(sweep.STARTUP_S + 61 * 3.0)

@@ -95,7 +95,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     if budget:
         cases = sweep.fit_budget(cases, budget)
     if dry_run:
-        _dry_run(out, cases, device)
+        _dry_run(out, cases, device, threads)
         return
     env = benv.capture(threads, gpu)
     path = out_file or benchmark.default_results_path(env)
@@ -128,17 +128,24 @@ def _peaks(err: Console, recorder: results.Recorder, device: str, precisions: li
     return {p: v.get("tflops") for p, v in have.items()}
 
 
-def _dry_run(out: Console, cases: list[Any], device: str) -> None:
-    guess = 0.05 if device == "cpu" else 50.0  # TFLOP/s, a rough device rate for the estimate
+def _dry_run(out: Console, cases: list[Any], device: str, threads: int) -> None:
+    """The cases and an estimate from this device's fp32 GEMM rate, measured now in this process
+    (a second or two), or a rough guess where that fails."""
+    rate, source = (0.05, "guessed") if device == "cpu" else (50.0, "guessed")  # TFLOP/s
+    if any(not c.status for c in cases):
+        measured = sweep.gemm_peak(device, "fp32", threads, isolate=False).get("tflops")
+        rate, source = (measured, "measured") if measured else (rate, source)
     table = Table("model", "runtime", "precision", "layout", "batch", "mode", "protocol", "est. s")
     total = 0.0
     for c in cases:
-        est = sweep.estimate(c, guess)
+        est = 0.0 if c.status else sweep.estimate(c, rate)
         total += est
-        table.add_row(c.model, c.runtime, c.precision, c.layout, str(c.batch), c.mode, c.protocol, f"{est:.0f}")
+        table.add_row(c.model, c.runtime, c.precision, c.layout, str(c.batch), c.mode, c.protocol,
+                      c.status or f"{est:.0f}")
     out.print(table)
-    out.print(f"{len(cases)} cases, about {total / 60:.1f} minutes (rough: assumes ~30% of "
-              f"{guess} TFLOP/s plus {sweep.STARTUP_S:.0f} s start-up per case)", highlight=False)
+    out.print(f"{len(cases)} cases, about {total / 60:.1f} minutes (rough: {sweep.EFFICIENCY:.0%} of the "
+              f"{source} fp32 GEMM rate, {rate:.3g} TFLOP/s, plus {sweep.STARTUP_S:.0f} s start-up per case)",
+              highlight=False)
 
 
 def _ms(stats: dict[str, Any] | None) -> str:
