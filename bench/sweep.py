@@ -72,10 +72,10 @@ EFFICIENCY = 0.5  # of the GEMM rate, for estimates: the CPU runs measured 20-13
 def estimate(case: Case, device_tflops: float) -> float:
     """Seconds a case will take, roughly: startup plus warm-up and measurement at half the GEMM rate."""
     p = Policy(**case.policy)
-    fwd = case.gflops_per_image or 1.0
+    gflops = fwd = case.gflops_per_image or 1.0
     if case.mode == "training":
-        fwd += case.backward_gflops_per_image if case.backward_gflops_per_image is not None else 2 * fwd
-    per_iter = fwd * case.batch / max(device_tflops * 1e3 * EFFICIENCY, 1e-3)
+        gflops += case.backward_gflops_per_image if case.backward_gflops_per_image is not None else 2 * fwd
+    per_iter = gflops * case.batch / max(device_tflops * 1e3 * EFFICIENCY, 1e-3)
     if p.fixed:  # the first call, the dry runs, then the samples of p.calls calls each
         return STARTUP_S + (1 + p.dry + p.fixed * p.calls) * per_iter
     warm = max(p.warmup_s, p.warmup_iters * per_iter)
