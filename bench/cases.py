@@ -59,6 +59,14 @@ LAYERS = [("L1", 3, 96, 11, 128), ("L2", 64, 128, 9, 64), ("L3", 128, 128, 9, 32
           ("L4", 128, 128, 7, 16), ("L5", 384, 384, 3, 13)]
 
 
+def step_gflops(forward: float, backward: float | None, training: bool) -> float:
+    """GFLOP per image of one timed step: the forward, plus in training the backward, which is
+    twice the forward (input and weight gradients) unless the case gives its own figure."""
+    if not training:
+        return forward
+    return forward + (2 * forward if backward is None else backward)
+
+
 @dataclass
 class Case:
     """Everything a worker needs (serialized to JSON for the worker process)."""

@@ -154,9 +154,8 @@ def _name_points(fig: Figure, ax: Any, points: list[tuple[str, float, float]], s
 
     w_char, h = 0.6 * size * px, 1.15 * size * px
     for (name, x, y), (cx, cy) in sorted(zip(points, xy), key=lambda p: -p[1][1]):
-        boxes = []
+        boxes, w = [], w_char * len(name)
         for dx, dy in _SPOTS:
-            w = w_char * len(name)
             x0 = cx + dx * px if dx > 0 else cx + dx * px - w
             boxes.append(((x0, cy + dy * px, x0 + w, cy + dy * px + h), dx, dy))
         box, dx, dy = min(boxes, key=lambda b: cost(b[0]))  # the first of the cheapest

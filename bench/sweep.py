@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from .cases import Case
+from .cases import Case, step_gflops
 from .results import Recorder, key
 from .timing import Policy
 from .worker import base_row, isolated, run_case
@@ -72,9 +72,7 @@ EFFICIENCY = 0.5  # of the GEMM rate, for estimates: the CPU runs measured 20-13
 def estimate(case: Case, device_tflops: float) -> float:
     """Seconds a case will take, roughly: startup plus warm-up and measurement at half the GEMM rate."""
     p = Policy(**case.policy)
-    gflops = fwd = case.gflops_per_image or 1.0
-    if case.mode == "training":
-        gflops += case.backward_gflops_per_image if case.backward_gflops_per_image is not None else 2 * fwd
+    gflops = step_gflops(case.gflops_per_image or 1.0, case.backward_gflops_per_image, case.mode == "training")
     per_iter = gflops * case.batch / max(device_tflops * 1e3 * EFFICIENCY, 1e-3)
     if p.fixed:  # the first call, the dry runs, then the samples of p.calls calls each
         return STARTUP_S + (1 + p.dry + p.fixed * p.calls) * per_iter

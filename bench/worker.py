@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .cases import step_gflops
 from .results import KEY
 from .stats import summarize
 from .timing import Policy, measure
@@ -125,9 +126,7 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
     bwd = summarize(t.samples_ms[1]) if len(t.samples_ms) > 1 else None
     total_ms = fwd["median_ms"] + (bwd["median_ms"] if bwd else 0.0)
     gflops = case.get("gflops_per_image")
-    back = case.get("backward_gflops_per_image")
-    back = 2 * (gflops or 0) if back is None else back  # input and weight gradients: 2x forward
-    flops = ((gflops or 0) + (back if bwd else 0)) * case["batch"]
+    flops = step_gflops(gflops or 0, case.get("backward_gflops_per_image"), bwd is not None) * case["batch"]
     achieved = flops / total_ms if gflops else None  # GFLOP per ms = TFLOP/s
     peak = case.get("gemm_peak_tflops")
     mem = {"host_peak_rss_bytes": peak_rss_bytes(), **rt.memory()}

@@ -131,9 +131,12 @@ def _peaks(err: Console, recorder: results.Recorder, device: str, precisions: li
 def _dry_run(out: Console, cases: list[Any], device: str, threads: int) -> None:
     """The cases and an estimate from this device's fp32 GEMM rate, measured now in this process
     (a second or two), or a rough guess where that fails."""
-    rate, source = (0.05, "guessed") if device == "cpu" else (50.0, "guessed")  # TFLOP/s
+    rate, source = (0.05 if device == "cpu" else 50.0), "guessed"  # TFLOP/s
     if any(not c.status for c in cases):
-        measured = sweep.gemm_peak(device, "fp32", threads, isolate=False).get("tflops")
+        try:
+            measured = sweep.gemm_peak(device, "fp32", threads, isolate=False).get("tflops")
+        except RuntimeError:  # e.g. the GPU out of memory: the estimate falls back on the guess
+            measured = None
         rate, source = (measured, "measured") if measured else (rate, source)
     table = Table("model", "runtime", "precision", "layout", "batch", "mode", "protocol", "est. s")
     total = 0.0
