@@ -2,7 +2,10 @@
 convert.json (inputs, outputs, verification, status) and ir.json (the graph, for ``zoo verify``).
 
 Everything is written into a temporary sibling directory, verified there, then renamed into place,
-so a failed run leaves nothing half-written.
+so a failed run leaves nothing half-written. Nothing else is ever lost: a destination name that
+could point elsewhere ('.', '..', '/', a leading '.' or '-') is refused, only a folder zoo wrote
+(convert.json with zoo_version) or an empty one is replaced, and the temporaries a killed run left
+(``.NAME.zoo-tmp-HOST-PID-*``) are removed by the next run once their process is gone.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import struct
 import tempfile
@@ -25,7 +29,7 @@ import numpy as np
 from . import __version__
 from .errors import BadModel, ConvertError
 from .ir import Graph, Shape
-from .isolate import peak_rss_bytes
+from .isolate import clean_stale, peak_rss_bytes, temp_prefix
 from .onnx_emit import check_structure, write_onnx
 from .torch_emit import model_source
 from .verify import verify
@@ -71,9 +75,12 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
           opencv_factory: Callable[[Path], Any] | None = None, known_opencv: list[str] | None = None,
           check: bool = True, title: str = "") -> Converted:
     """Write, verify and move into place the artifacts of ``g`` at ``dest``."""
+    check_name(dest.name)
+    check_replaceable(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        clean_stale(dest.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix("tmp", dest.name), dir=dest.parent))
     except OSError as e:
         raise _unwritable(dest, e) from None
     try:
@@ -98,6 +105,44 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
             raise _unwritable(dest, e) from None
         raise
     return Converted(dest, info)
+
+
+NAME_MAX = 180  # bytes: with the temporaries' ".NAME.zoo-tmp-HOST-PID-RANDOM" under the usual 255
+
+
+def check_name(name: str) -> str:
+    """A model's output folder name, or ConvertError: it must name one new folder inside --out."""
+    try:
+        size = len(os.fsencode(name))
+    except UnicodeError:
+        size = NAME_MAX + 1
+    if name in ("", ".", "..") or name[0] in ".-" or "/" in name or "\0" in name or size > NAME_MAX:
+        raise ConvertError(f"{name!r} cannot name an output folder (it must not be empty, '.' or '..', start "
+                           f"with '.' or '-', contain '/' or NUL, or exceed {NAME_MAX} bytes); rename the model file")
+    return name
+
+
+def destination(out: Path, name: str) -> Path:
+    """``out/name``, the name checked first (a path join would turn '.' into ``out`` itself)."""
+    return Path(out) / check_name(name)
+
+
+def is_model_dir(d: Path) -> bool:
+    """A folder zoo wrote (convert.json with zoo_version), or an empty one: replacing it loses nothing else."""
+    if d.is_symlink() or not d.is_dir():
+        return False
+    try:
+        if not any(d.iterdir()):
+            return True
+        info = json.loads((d / "convert.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and "zoo_version" in info
+
+
+def check_replaceable(dest: Path) -> None:
+    if os.path.lexists(dest) and not is_model_dir(dest):
+        raise ConvertError(f"{dest} exists and is not a zoo model folder; choose another --out or remove it")
 
 
 # The output location's problems (not zoo's): a full disk, a quota, no permission, read-only.
@@ -159,11 +204,20 @@ def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str,
 
 
 def _replace(tmp: Path, dest: Path) -> None:
+    """Move ``tmp`` to ``dest``, replacing only a zoo model folder (checked again: time has passed)."""
     old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    if os.path.lexists(dest):
+        check_replaceable(dest)
+        old = dest.with_name(f"{temp_prefix('old', dest.name)}{secrets.token_hex(4)}")
         os.rename(dest, old)
-    os.rename(tmp, dest)
+    try:
+        os.rename(tmp, dest)
+    except OSError as e:
+        if old and not os.path.lexists(dest):
+            os.rename(old, dest)  # put the previous version back
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise ConvertError(f"{dest}: another run wrote it at the same time; this result was not kept") from None
     if old:
         shutil.rmtree(old, ignore_errors=True)
 

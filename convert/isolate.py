@@ -3,13 +3,24 @@
 Used for the independent importer (OpenCV): it can crash on files it dislikes, and its own
 memory use (VGG-16: about 3x the caffemodel) should not add to the converter's. Arrays travel
 as .npz files; the child reports its own peak RSS.
+
+Also the one home of process ownership: children that die with their parent (a ``kill -9`` of zoo
+must not orphan an OpenCV or benchmark worker), and temporaries named after their owner
+(``zoo-KIND-HOST-PID-RANDOM``) so that a later run removes those whose process is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
+import logging
+import os
+import re
 import resource
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +30,14 @@ from typing import Any
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+PARENT_ENV = "ZOO_PARENT_PID"  # the pid a child must die with
+PR_SET_PDEATHSIG = 1
+HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:16]
+# zoo's temporaries, optionally after a ".NAME." prefix (artifacts); nothing else ever matches
+_TEMP = re.compile(r"(?:\..+\.)?zoo-(?:tmp|old|iso|case)-(?P<host>[A-Za-z0-9]*)-(?P<pid>\d{1,10})-[a-z0-9_]+",
+                   re.DOTALL)
+
 
 class IsolatedError(Exception):
     """The function raised or the process died; the message is one line."""
@@ -27,12 +46,13 @@ class IsolatedError(Exception):
 def call(func: str, feeds: dict[str, np.ndarray], timeout: float = 900,
          **kwargs: Any) -> tuple[dict[str, np.ndarray], int]:
     """Run ``module:function(feeds, **kwargs)`` in a child; returns (outputs, child's peak RSS bytes)."""
-    with tempfile.TemporaryDirectory(prefix="zoo-iso-") as tmp:
+    clean_stale(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=temp_prefix("iso")) as tmp:
         d = Path(tmp)
         _save(d / "in", feeds)
         (d / "args.json").write_text(json.dumps(kwargs))
         try:
-            p = subprocess.run([sys.executable, "-m", "convert.isolate", func, str(d)],
+            p = subprocess.run([sys.executable, "-m", "convert.isolate", func, str(d)], env=child_env(),
                                capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise IsolatedError(f"{func} did not finish within {timeout:.0f} s") from None
@@ -43,6 +63,57 @@ def call(func: str, feeds: dict[str, np.ndarray], timeout: float = 900,
             raise IsolatedError(f"crashed (exit code {p.returncode}) {tail}".strip())
         meta = json.loads((d / "out.json").read_text())
         return _load(d / "out"), int(meta["peak_rss_bytes"])
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child that calls ``die_with_parent``: it names this process."""
+    return {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
+
+
+def die_with_parent() -> None:
+    """In a child, first thing: be killed when the parent dies (Linux's parent-death signal), and
+    exit now if the parent died before that took effect (the child was then re-parented)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no libc symbol: the re-parenting check still runs
+            pass
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)
+
+
+def temp_prefix(kind: str, name: str = "") -> str:
+    """The prefix of a temporary owned by this process: ``[.NAME.]zoo-KIND-HOST-PID-``."""
+    return f"{f'.{name}.' if name else ''}zoo-{kind}-{HOST}-{os.getpid()}-"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # someone else's, or not a pid: keep its files
+        return True
+    return True
+
+
+def clean_stale(parent: Path) -> list[Path]:
+    """Remove the directories in ``parent`` that zoo named as temporaries of a process on this host
+    that is gone (a ``kill -9`` leaves them behind). Other names are never touched."""
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for e in entries:
+        m = _TEMP.fullmatch(e.name)
+        if not m or m["host"] != HOST or alive(int(m["pid"])) or not e.is_dir(follow_symlinks=False):
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)
+        log.info("removed %s, left by process %s", e.path, m["pid"])
+        removed.append(Path(e.path))
+    return removed
 
 
 def peak_rss_bytes() -> int:
@@ -87,4 +158,5 @@ def _child(func: str, d: Path) -> None:
 
 
 if __name__ == "__main__":
+    die_with_parent()
     _child(sys.argv[1], Path(sys.argv[2]))
