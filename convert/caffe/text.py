@@ -33,6 +33,8 @@ def _ceil_mode(msg: Msg, value: Any) -> None:
     msg.set("round_mode", "CEIL" if value else "FLOOR")
 
 
+_MAX_NOTES = 100
+
 FORK_FIELDS = {("PoolingParameter", "ceil_mode"): ("bool", _ceil_mode)}
 
 # Scalar fields that real files fill with a V2-style block: read the block as this message.
@@ -65,9 +67,21 @@ def tokenize(text: str, path: str) -> list[Tok]:
 class Parser:
     def __init__(self, text: str, path: str) -> None:
         self.path, self.toks, self.i = path, tokenize(text, path), 0
+        self.notes: list[tuple[int, str, tuple[Any, ...]]] = []  # logged once the parse succeeds
 
     def fail(self, tok: Tok, what: str) -> BadModel:
         return BadModel(self.path, f"{tok.line}:{tok.col}", what)
+
+    def note(self, level: int, fmt: str, tok: Tok, *args: Any) -> None:
+        """A warning for the log, held back until the whole file parsed: a deleted '}' makes every
+        later field look unknown, and the one error line must not drown in their warnings."""
+        self.notes.append((level, "%s:%d:%d: " + fmt, (self.path, tok.line, tok.col, *args)))
+
+    def flush(self) -> None:
+        for level, fmt, args in self.notes[:_MAX_NOTES]:
+            log.log(level, fmt, *args)
+        if len(self.notes) > _MAX_NOTES:
+            log.warning("%s: %d more warnings not shown", self.path, len(self.notes) - _MAX_NOTES)
 
     def next(self) -> Tok:
         t = self.toks[self.i]
@@ -93,7 +107,7 @@ class Parser:
                                    f"is never closed")
             if t.kind != "ident":
                 want = f"a field name or '{close}'" if close else "a field name"
-                raise self.fail(t, f"expected {want}, found {t.text or 'end of file'!r}")
+                raise self.fail(t, f"expected {want}, found {_show(t.text or 'end of file')}")
             f = mt.fields.get(t.text)
             if f is None:
                 self.unknown(msg, t)
@@ -109,8 +123,8 @@ class Parser:
         if block_as and t.kind == "symbol" and t.text in "{<":
             self.next()
             sub = self.message(block_as[0], "}" if t.text == "{" else ">", (t.line, t.col))
-            log.warning("%s:%d:%d: a %s block in a %s; read as the newer format", self.path,
-                        name.line, name.col, block_as[0], msg.type_name)
+            self.note(logging.WARNING, "a %s block in a %s; read as the newer format", name,
+                      block_as[0], msg.type_name)
             self.add(msg, f, getattr(sub, block_as[1]))
             return
         if f.is_message:
@@ -139,8 +153,7 @@ class Parser:
             getattr(msg, f.name).append(value)
         else:
             if msg.has(f.name) and name is not None:
-                log.warning("%s:%d:%d: '%s' given twice; the last value is used",
-                            self.path, name.line, name.col, f.name)
+                self.note(logging.WARNING, "'%s' given twice; the last value is used", name, f.name)
             msg.set(f.name, value)
 
     def scalar(self, f: Field, t: Tok) -> Any:
@@ -148,10 +161,9 @@ class Parser:
             return convert_scalar(f.type, t)
         except ValueError as e:
             if f.name == "engine" and f.is_enum and t.kind == "ident":  # fork engines (INTEL, MKL2017)
-                log.warning("%s:%d:%d: engine %s is fork-specific; the default is used",
-                            self.path, t.line, t.col, t.text)
+                self.note(logging.WARNING, "engine %s is fork-specific; the default is used", t, t.text)
                 return f.default
-            raise self.fail(t, f"bad value {t.text!r} for '{f.name}' ({e})") from None
+            raise self.fail(t, f"bad value {_show(t.text)} for '{f.name}' ({e})") from None
 
     def unknown(self, msg: Msg, name: Tok) -> None:
         """A field caffe.proto does not know: apply its fork meaning, or skip it with a warning."""
@@ -166,17 +178,16 @@ class Parser:
         else:
             value = self.next()
             if value.kind not in ("number", "ident", "string"):
-                raise self.fail(value, f"expected a value for '{name.text}'")
+                raise self.fail(value, f"expected a value for {_show(name.text)}")
         if fork and value is not None:
             try:
                 fork[1](msg, convert_scalar(fork[0], value))
-                log.info("%s:%d:%d: fork field '%s' read with its fork meaning", self.path,
-                         name.line, name.col, name.text)
+                self.note(logging.INFO, "fork field '%s' read with its fork meaning", name, name.text)
                 return
             except ValueError:
                 pass
-        log.warning("%s:%d:%d: field '%s' is not in BVLC Caffe's %s (fork-specific?); ignored",
-                    self.path, name.line, name.col, name.text, msg.type_name)
+        self.note(logging.WARNING, "field '%s' is not in BVLC Caffe's %s (fork-specific?); ignored",
+                  name, name.text, msg.type_name)
 
     def skip_block(self, close: str) -> None:
         depth = 1
@@ -207,18 +218,37 @@ def convert_scalar(typ: str, t: Tok) -> Any:
         return float(t.text.rstrip("fF")) if t.text.lower() not in ("inf", "-inf", "nan") \
             else float(t.text)
     if typ in SCHEMA.enums:
-        values = SCHEMA.enums[typ]
-        if t.kind == "ident" and t.text in values:
-            return t.text
-        if t.kind == "number" and t.text.lstrip("-").isdigit():
-            return SCHEMA.enum_name(typ, int(t.text))
-        raise ValueError(f"expected one of {', '.join(values)}")
+        return _enum(typ, t)
     if t.kind != "number" or not re.fullmatch(r"[-+]?\d+", t.text):
         raise ValueError("expected an integer")
-    v = int(t.text)
+    v = int(t.text) if len(t.text) <= 30 else 2**128  # no 10^5-digit conversions
     if typ.startswith("uint") and v < 0:
         raise ValueError("expected a non-negative integer")
+    lo, hi = INT_RANGE[typ]
+    if not lo <= v <= hi:  # Caffe's reader (protobuf) refuses these too
+        raise ValueError(f"out of range for {typ}")
     return v
+
+
+INT_RANGE = {"int32": (-2**31, 2**31 - 1), "uint32": (0, 2**32 - 1), "int64": (-2**63, 2**63 - 1),
+             "uint64": (0, 2**64 - 1)}
+
+
+def _enum(typ: str, t: Tok) -> str:
+    values = SCHEMA.enums[typ]
+    if t.kind == "ident" and t.text in values:
+        return t.text
+    if t.kind == "number" and re.fullmatch(r"-?\d{1,12}", t.text):
+        name = SCHEMA.enum_name(typ, int(t.text))
+        if isinstance(name, str):
+            return name
+    shown = list(values)[:8]
+    raise ValueError(f"expected one of {', '.join(shown)}{', …' if len(values) > len(shown) else ''}")
+
+
+def _show(text: str, limit: int = 40) -> str:
+    """A token for an error message: quoted, and cut when long."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
 def _unquote(s: str) -> str:
@@ -228,7 +258,10 @@ def _unquote(s: str) -> str:
 
 def parse(text: str, path: str | Path, type_name: str = "NetParameter") -> Msg:
     """Parse prototxt text into a ``Msg`` of ``type_name``; raises BadModel with FILE:LINE:COL."""
-    return Parser(text, str(path)).message(type_name, None, (1, 1))
+    parser = Parser(text.removeprefix("\ufeff"), str(path))  # a byte-order mark some editors write
+    msg = parser.message(type_name, None, (1, 1))
+    parser.flush()
+    return msg
 
 
 def read(path: Path) -> Msg:
