@@ -1,6 +1,11 @@
 """Results files: one JSON document per run, ``{schema_version, env, rows}``, rewritten atomically
 after every case so an interrupted sweep keeps what it finished (and ``--resume`` continues it).
 
+No row is ever dropped: a new run never takes over an existing file (``--resume`` continues one),
+and every save re-reads the file under a lock and merges by case key, so two runs writing to the
+same file keep each other's rows. The lock is ``flock`` on the file's folder (the file itself is
+replaced by each save, so it cannot carry the lock; a folder lock leaves no lock file behind).
+
 Schema (version 1) — a row:
   model, source_format, runtime, device, precision, layout, batch, mode, protocol: the case
   status: ok | skipped | error | unverified;  reason: why (for the last three)
@@ -15,9 +20,12 @@ Schema (version 1) — a row:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,34 +93,139 @@ def read(path: Path) -> dict[str, Any]:
     return validate(doc, str(path))
 
 
+def umask() -> int:
+    """This process's umask, read without changing it (os.umask sets it, racing other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _dump(doc: dict[str, Any], f: Any) -> None:
+    json.dump(doc, f, indent=1, allow_nan=False)
+    f.write("\n")
+
+
 def write(path: Path, doc: dict[str, Any]) -> None:
-    """Write atomically: a temporary file in the same directory, then rename."""
+    """Write atomically and durably: a temporary file in the same folder, fsync, rename. The file
+    gets the mode a plain open() would give (mkstemp's is 0600), or keeps the one it had."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        mode = 0o666 & ~umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            _dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot sync a folder; the rename is done anyway
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock among zoo's writers of results files in ``folder`` (held for one save)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def check_writable(path: Path) -> None:
+    """Create the folder and write and remove a probe file there, so that no sweep starts whose
+    results could not be saved; ResultsError (one line) if that fails."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        try:
+            os.write(fd, b"{}\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot write results there: {e.strerror or e}") from None
+    if path.is_dir():
+        raise ResultsError(f"{path}: is a directory, not a results file")
+
+
+def merge_row(doc: dict[str, Any], row: dict[str, Any]) -> None:
+    """Add ``row`` to ``doc``, replacing a row of the same case."""
+    k = key(row)
+    rows = doc["rows"]
+    i = next((i for i, r in enumerate(rows) if key(r) == k), None)
+    if i is None:
+        rows.append(row)
+    else:
+        rows[i] = row
 
 
 class Recorder:
-    """Appends rows case by case to one results file."""
+    """Adds rows case by case to one results file, merged with what other writers saved meanwhile."""
 
     def __init__(self, path: Path, env: dict[str, Any], resume: bool = False) -> None:
         self.path = Path(path)
-        if resume and self.path.exists():
-            self.doc = read(self.path)
-        else:
-            self.doc = {"schema_version": SCHEMA_VERSION, "env": env, "rows": []}
+        with self._saving("the results file"), locked(self.path.parent):
+            if resume and self.path.exists():
+                self.doc = read(self.path)
+            elif os.path.lexists(self.path):
+                raise ResultsError(f"{self.path} exists: continue it with --resume, or choose another --out file")
+            else:  # the file is created now: it claims its name and proves the folder writable
+                self.doc = {"schema_version": SCHEMA_VERSION, "env": env, "rows": []}
+                write(self.path, self.doc)
         self.done = {key(r) for r in self.doc["rows"]}
 
     def add(self, row: dict[str, Any]) -> None:
         _check_row(row, f"{self.path}: new row")
-        self.doc["rows"].append(row)
+        label = " ".join(str(row.get(k)) for k in ("model", "runtime", "device", "precision", "batch", "mode"))
+        self._save(lambda doc: merge_row(doc, row), f"the row of {label}")
         self.done.add(key(row))
-        write(self.path, self.doc)
 
     def set_env(self, name: str, value: Any) -> None:
-        self.doc["env"][name] = value
-        write(self.path, self.doc)
+        self._save(lambda doc: doc["env"].__setitem__(name, value), f"env.{name}")
+
+    def _save(self, update: Callable[[dict[str, Any]], None], what: str) -> None:
+        """Re-read the file under the lock (another run may have added rows), update, write."""
+        with self._saving(what), locked(self.path.parent):
+            doc = read(self.path) if self.path.exists() else self.doc
+            update(doc)
+            write(self.path, doc)
+            self.doc = doc
+
+    @contextmanager
+    def _saving(self, what: str) -> Iterator[None]:
+        """An OSError (a full or read-only disk) becomes one line saying what is kept where."""
+        try:
+            yield
+        except OSError as e:
+            n = len(getattr(self, "doc", {}).get("rows", []))
+            kept = f"{n} row(s) saved before are kept in {self.path}" if n else "no rows were saved"
+            raise ResultsError(f"{self.path}: cannot save {what}: {e.strerror or e}; {kept} "
+                               f"(continue with --resume --out {self.path})") from None

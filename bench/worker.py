@@ -4,10 +4,12 @@ turns a crash, a timeout or an out-of-memory kill into an ``error`` row."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ from .results import KEY
 from .stats import summarize
 from .timing import Policy, measure
 
+PARENT_ENV = "ZOO_PARENT_PID"  # the pid a worker dies with (as convert.isolate's children)
 TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 8e-2}  # the converter's table (convert/verify.py)
 
 
@@ -53,6 +56,19 @@ def peak_rss_bytes() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def die_with_parent() -> None:
+    """First thing in a worker: be killed when the sweep's process dies (Linux's parent-death signal),
+    and exit now if it died before that took effect. A killed sweep leaves no worker timing on."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)
 
 
 def set_threads(n: int) -> None:
@@ -147,7 +163,7 @@ def isolated(case: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         cin, cout = Path(tmp) / "case.json", Path(tmp) / "row.json"
         cin.write_text(json.dumps(case))
         env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]),
-               "MKL_NUM_THREADS": str(case["threads"])}
+               "MKL_NUM_THREADS": str(case["threads"]), PARENT_ENV: str(os.getpid())}
         try:
             p = subprocess.run([sys.executable, "-m", "bench.worker", str(cin), str(cout)], env=env,
                                capture_output=True, text=True, timeout=timeout_s)
@@ -187,4 +203,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    die_with_parent()
     main(sys.argv[1:])

@@ -4,6 +4,9 @@ the summary. (The command itself is declared in cli.py.)"""
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,14 +76,9 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     threads = threads or benv.physical_cores()
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
     precisions = precisions or default_precisions(device)
-    recorder = None
-    if resume:
-        if out_file is None:
-            raise ConvertError("--resume needs --out FILE (the results file to continue)")
-        try:
-            recorder = results.Recorder(out_file, {}, resume=True)
-        except results.ResultsError as e:
-            raise ConvertError(str(e)) from None
+    recorder = _resumed(out_file) if resume else None
+    if not dry_run and not resume:
+        _check_new(out_file)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("preparing models", total=None)
@@ -99,8 +97,9 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         return
     env = benv.capture(threads, gpu)
     path = out_file or benchmark.default_results_path(env)
-    recorder = recorder or results.Recorder(path, env)
-    peaks = _peaks(err, recorder, device, precisions, threads, isolate)
+    with _one_line():
+        recorder = recorder or results.Recorder(path, env)
+        peaks = _peaks(err, recorder, device, precisions, threads, isolate)
     for c in cases:
         c.gemm_peak_tflops = peaks.get(c.precision)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -112,9 +111,35 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
             bar.update(task, total=n, completed=i, description=label,
                        eta="?" if math.isnan(eta) else f"{eta:.0f}s")
 
-        rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress)
+        with _one_line():
+            rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress)
     out.print(summary_table(rows))
     out.print(f"results: {benchmark.relative(path)}", highlight=False)
+
+
+@contextmanager
+def _one_line() -> Iterator[None]:
+    """A results file that cannot be read or saved: one line, exit 2."""
+    try:
+        yield
+    except results.ResultsError as e:
+        raise ConvertError(str(e)) from None
+
+
+def _resumed(out_file: Path | None) -> results.Recorder:
+    if out_file is None:
+        raise ConvertError("--resume needs --out FILE (the results file to continue)")
+    with _one_line():
+        results.check_writable(out_file)
+        return results.Recorder(out_file, {}, resume=True)
+
+
+def _check_new(out_file: Path | None) -> None:
+    """Before any work: an existing file is never taken over, and the folder must be writable."""
+    if out_file is not None and os.path.lexists(out_file):
+        raise ConvertError(f"{out_file} exists: continue it with --resume, or choose another --out file")
+    with _one_line():
+        results.check_writable(out_file or benchmark.RESULTS / "results.json")
 
 
 def _peaks(err: Console, recorder: results.Recorder, device: str, precisions: list[str], threads: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from .pipeline import MODELS, Target, default_shapes, resolve
 
 log = logging.getLogger(__name__)
 CACHE = Path("outputs/cache")
+RESULTS = Path("outputs/results")
 BENCH_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "onnxruntime-trt", "opencv"]
 QUICK_MODELS = ["alexnet", "googlenet", "resnet18"]
 
@@ -162,7 +164,9 @@ def reference_outputs(p: Prepared, batch: int, seed: int, n_inputs: int) -> Path
         outs = {o: np.concatenate([r[o] for r in runs]) for o in g.outputs}
     else:
         outs = reference.run(g, x)
-    np.savez(path, **{f"o{i}": outs[o] for i, o in enumerate(g.outputs)})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")  # atomic: a killed run leaves no half file
+    np.savez(tmp, **{f"o{i}": outs[o] for i, o in enumerate(g.outputs)})
+    os.replace(tmp, path)
     return path
 
 
@@ -304,9 +308,16 @@ def _describe_only(t: Target, hw: int | None) -> Prepared:
 
 
 def default_results_path(env: dict[str, Any]) -> Path:
+    """A new file under outputs/results/MACHINE/, named by the time (and -2, -3... for a second run
+    started in the same second: an existing file is never taken over)."""
     from bench.env import machine_name
 
-    return Path("outputs/results") / machine_name(env) / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    d, stamp = RESULTS / machine_name(env), time.strftime("%Y%m%d-%H%M%S")
+    path, n = d / f"{stamp}.json", 1
+    while os.path.lexists(path):
+        n += 1
+        path = d / f"{stamp}-{n}.json"
+    return path
 
 
 def relative(path: Path) -> str:
