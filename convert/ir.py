@@ -13,14 +13,13 @@ keys and the ONNX initializer names.
 from __future__ import annotations
 
 import dataclasses
-import keyword
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from .errors import ShapeError
+from .naming import MODULE_ATTRS, Names
 
 Shape = tuple[int, ...]
 
@@ -99,8 +98,11 @@ class Graph:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     shapes: dict[str, Shape] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)  # name, source, framework, ...
+    _attrs: Names | None = field(default=None, repr=False, compare=False)
 
     def add_input(self, name: str, shape: Shape) -> str:
+        if not name or name in self._defined():
+            raise ShapeError(f"input name {name!r} is empty or already taken")
         self.inputs[name] = tuple(int(d) for d in shape)
         self.shapes[name] = self.inputs[name]
         return name
@@ -125,6 +127,10 @@ class Graph:
                 for r in op.roles():
                     self.weights[f"{attr}.{r}"] = weights[r]  # type: ignore[index]
         node = Node(op, tuple(inputs), tuple(outputs), name, attr)
+        defined = self._defined()
+        for o in node.outputs:
+            if not o or o in defined:  # a blob never merges with another
+                raise ShapeError(f"value name {o!r} is empty or already taken")
         w = {r: self.weights[n].shape for r, n in node.weight_names().items()}
         outs = op.infer([self.shapes[i] for i in node.inputs], w)
         if len(outs) != len(node.outputs):
@@ -137,13 +143,13 @@ class Graph:
         return node
 
     def _fresh_attr(self, name: str) -> str:
-        base = py_name(name)
-        taken = {n.attr for n in self.nodes}
-        attr, k = base, 1
-        while attr in taken:
-            k += 1
-            attr = f"{base}_{k}"
-        return attr
+        """The PyTorch attribute (and weight-name prefix) of a new node with weights."""
+        if self._attrs is None:
+            self._attrs = Names(MODULE_ATTRS | {n.attr for n in self.nodes})
+        return self._attrs.get(name, "layer")
+
+    def _defined(self) -> set[str]:
+        return set(self.inputs).union(*(n.outputs for n in self.nodes))
 
     def node_weights(self, node: Node) -> dict[str, np.ndarray]:
         return {r: self.weights[n] for r, n in node.weight_names().items()}
@@ -204,19 +210,6 @@ def release_mapped(g: Graph) -> None:
         if isinstance(base, mmap.mmap) and id(base) not in seen and not base.closed:
             seen.add(id(base))
             base.madvise(mmap.MADV_DONTNEED)
-
-
-def py_name(name: str) -> str:
-    """A readable Python identifier for a layer or blob name."""
-    s = re.sub(r"\W+", "_", name).strip("_") or "x"
-    if s[0].isdigit():
-        s = "l" + s
-    if keyword.iskeyword(s) or s in RESERVED:
-        s += "_"
-    return s
-
-
-RESERVED = {"self", "torch", "nn", "F", "math", "Path", "x", "load", "Net", "super"}
 
 
 def check(g: Graph) -> list[str]:

@@ -27,18 +27,26 @@ DTYPES = {np.dtype("float32"): TensorProto.FLOAT, np.dtype("int64"): TensorProto
 
 
 class OnnxBuilder:
-    """What an op's ``onnx`` method uses: add nodes, add constants, ask static shapes."""
+    """What an op's ``onnx`` method uses: add nodes, add constants, ask static shapes.
 
-    def __init__(self, graph: Graph) -> None:
+    Names it makes (nodes, intermediate values, constants) never take a name in ``taken`` (the
+    IR's values and weights): a layer may call a blob anything, ``conv1/relu_3`` included."""
+
+    def __init__(self, graph: Graph, taken: set[str]) -> None:
         self.graph = graph
+        self.taken = taken
         self.nodes: list[onnx.NodeProto] = []
         self.consts: dict[str, np.ndarray] = {}
         self._n = 0
         self.layer = ""
 
     def fresh(self, hint: str = "t") -> str:
-        self._n += 1
-        return f"{self.layer}/{hint}_{self._n}" if self.layer else f"{hint}_{self._n}"
+        while True:
+            self._n += 1
+            name = f"{self.layer}/{hint}_{self._n}" if self.layer else f"{hint}_{self._n}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
 
     def op(self, op_type: str, inputs: list[str], outputs: list[str] | None = None,
            **attrs: Any) -> str:
@@ -57,12 +65,30 @@ class OnnxBuilder:
         return self.graph.shapes[value]
 
 
-def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """The ModelProto without weight data, and the weights (IR weights and op constants) to stream."""
-    b = OnnxBuilder(g)
+def weight_names(g: Graph) -> dict[str, str]:
+    """ONNX initializer name of each IR weight: its own, unless a value (a blob) has that name."""
+    values = set(g.shapes) | set(g.inputs) | {o for n in g.nodes for o in n.outputs}
+    taken = values | set(g.weights)
+    names = {}
+    for k in g.weights:
+        name, i = k, 1
+        while name in values or (name != k and name in taken):
+            i += 1
+            name = f"{k}_{i}"
+        taken.add(name)
+        names[k] = name
+    return names
+
+
+def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[str, np.ndarray], set[str]]:
+    """The ModelProto without weight data, the weights (IR weights and op constants) to stream,
+    and which of them are IR weights (the rest are the ops' constants)."""
+    wmap = weight_names(g)
+    b = OnnxBuilder(g, set(g.shapes) | set(wmap.values()))
     for node in g.nodes:
-        b.layer = node.name
-        node.op.onnx(b, list(node.inputs), list(node.outputs), node.weight_names())
+        b.layer = label(node.name)
+        node.op.onnx(b, list(node.inputs), list(node.outputs),
+                     {r: wmap[n] for r, n in node.weight_names().items()})
     dyn = g.dynamic_batch()
 
     def vi(value: str, shape: Shape, batch: int | None) -> onnx.ValueInfoProto:
@@ -73,7 +99,7 @@ def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[s
 
     batch = next(iter(g.inputs.values()))[0] if g.inputs else None
     graph = helper.make_graph(
-        b.nodes, name,
+        b.nodes, label(name),
         [vi(k, s, batch) for k, s in g.inputs.items()],
         [vi(o, g.shapes[o], batch) for o in g.outputs],
     )
@@ -81,9 +107,15 @@ def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[s
                               producer_name="zoo")
     model.ir_version = 8  # opset 17 needs IR >= 8; keep it low for older runtimes
     used = {i for n in b.nodes for i in n.input}
-    weights = {k: v for k, v in g.weights.items() if k in used}
+    weights = {wmap[k]: v for k, v in g.weights.items() if wmap[k] in used}
+    learned = set(weights)
     weights.update(b.consts)
-    return model, weights
+    return model, weights, learned
+
+
+def label(text: str, limit: int = 120) -> str:
+    """A name for ONNX metadata (graph and node names): valid UTF-8, bounded length."""
+    return text.encode("utf-8", "replace").decode("utf-8")[:limit]
 
 
 def _varint(n: int) -> bytes:
@@ -128,7 +160,7 @@ def _write_tensor(f: BinaryIO, name: str, arr: np.ndarray, ext: BinaryIO | None,
 
 def write_onnx(g: Graph, path: Path, name: str = "zoo") -> None:
     """Write the graph as ``path`` (plus ``path.data`` when the weights pass EXTERNAL_BYTES)."""
-    model, weights = build_skeleton(g, name)
+    model, weights, _ = build_skeleton(g, name)
     total = sum(w.nbytes for w in weights.values())
     ext_path = Path(str(path) + ".data")
     with open(path, "wb") as f:
@@ -154,9 +186,9 @@ def check_structure(g: Graph) -> None:
     shaped graph inputs instead of data: same nodes, attributes, constants and shape inference,
     without holding a second copy of the weights (a VGG-16 would need 0.5 GB more). ORT loading
     the real file in verification covers the weight bytes."""
-    model, weights = build_skeleton(g)
+    model, weights, learned = build_skeleton(g)
     for k, w in weights.items():
-        if k in g.weights:
+        if k in learned:
             model.graph.input.append(helper.make_tensor_value_info(k, DTYPES[w.dtype], list(w.shape)))
         else:
             model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(w), k))

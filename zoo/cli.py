@@ -12,14 +12,24 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from convert.errors import ConvertError
+from convert.naming import printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Convert, verify and benchmark the classic CNN model zoo (Caffe, Torch7).")
 # Wide tables stay readable in logs and CI (rich would assume 80 columns off a terminal).
-out = Console() if sys.stdout.isatty() else Console(width=160)
-err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+# Text from model files reaches the terminal: no markup, emoji codes or highlighting is read in it.
+_PLAIN = {"markup": False, "emoji": False, "highlight": False}
+out = Console(**_PLAIN) if sys.stdout.isatty() else Console(width=160, **_PLAIN)
+err = Console(stderr=True, **_PLAIN) if sys.stderr.isatty() else Console(stderr=True, width=160, **_PLAIN)
+
+
+def tell(console: Console, label: str, style: str, message: object) -> None:
+    """``label: message`` with the label styled and the message printed as plain text (control
+    characters and escape sequences removed, length bounded)."""
+    console.print(Text.assemble((f"{label}:", style), " ", printable(message)), soft_wrap=True)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,7 +40,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*a, **k)
         except ConvertError as e:
-            err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+            tell(err, "error", "red", e)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -39,7 +49,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 class _Handler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         level = "warning" if record.levelno >= logging.WARNING else "info"
-        err.print(f"[yellow]{level}:[/yellow] {record.getMessage()}", highlight=False, soft_wrap=True)
+        tell(err, level, "yellow", record.getMessage())
 
 
 @app.callback()
@@ -97,15 +107,15 @@ def convert_cmd(
         b = info["verification"].get("backends", {})
         cv = b.get("opencv", {})
         cv_txt = _fmt(cv.get("max_rel")) if "max_rel" in cv else cv.get("status", "-")
-        table.add_row(t.name, info["status"], f"{info['params'] / 1e6:.2f}M",
+        table.add_row(printable(t.name, 60), info["status"], f"{info['params'] / 1e6:.2f}M",
                       f"{info['macs_per_image'] / 1e9:.3f}", _fmt(b.get("pytorch", {}).get("max_rel")),
                       _fmt(b.get("onnxruntime", {}).get("max_rel")), cv_txt, f"{secs:.1f}")
         if info["status"] == "mismatch":
             failed = True
             div = info["verification"].get("first_divergence")
             where = f" first divergence: layer {div['layer']!r} ({div['backend']})" if div else ""
-            err.print(f"[red]mismatch:[/red] {t.name}{where}", highlight=False)
-        out.print(f"{t.name}: {info['status']} -> {res.dir}", highlight=False)
+            tell(err, "mismatch", "red", f"{t.name}{where}")
+        out.print(printable(f"{t.name}: {info['status']} -> {res.dir}"))
     out.print(table)
     if failed:
         raise typer.Exit(1)
@@ -123,7 +133,7 @@ def verify_cmd(dirs: list[Path] = typer.Argument(..., help="Artifact directories
         v = res.report["verification"]
         parts = [f"{k} {_fmt(b.get('max_rel'))}" if "max_rel" in b else f"{k} {b.get('status')}"
                  for k, b in v["backends"].items()]
-        out.print(f"{d}: {res.report['status']} ({', '.join(parts)})", highlight=False)
+        out.print(printable(f"{d}: {res.report['status']} ({', '.join(parts)})"))
         bad |= res.report["status"] != "verified"
     if bad:
         raise typer.Exit(1)
@@ -152,11 +162,11 @@ def info_cmd(model: str = typer.Argument(..., help="A model file or zoo name."),
     g = describe(resolve(model), _shapes(input_shape))
     table = Table("layer", "op", "output", "params", "MACs")
     for r in layer_rows(g):
-        table.add_row(r["layer"], r["op"], "x".join(map(str, r["output"])),
+        table.add_row(printable(r["layer"], 60), r["op"], "x".join(map(str, r["output"])),
                       f"{r['params']:,}" if r["params"] else "", f"{r['macs']:,}" if r["macs"] else "")
     out.print(table)
     batch = next(iter(g.inputs.values()))[0]
-    out.print(f"inputs {dict(g.inputs)}  outputs {g.outputs}", highlight=False)
+    out.print(printable(f"inputs {dict(g.inputs)}  outputs {g.outputs}"))
     out.print(f"parameters {g.param_count():,}   multiply-adds {g.macs():,} "
               f"({g.macs() / batch / 1e9:.3f} G per image)", highlight=False)
 
@@ -245,7 +255,7 @@ def compare_cmd(
         c = cmp.compare(doc_a, doc_b, noise_floor / 100, names=(str(a), str(b)), any_runtime=any_runtime)
     except ResultsError as e:
         raise ConvertError(str(e)) from None
-    warn = lambda msg: err.print(f"[yellow]warning:[/yellow] {msg}", highlight=False, soft_wrap=True)
+    warn = lambda msg: tell(err, "warning", "yellow", msg)
     if not ignore_env:
         for d in cmp.env_differences(doc_a["env"], doc_b["env"]):
             warn(f"environments differ: {d}")
@@ -260,15 +270,14 @@ def compare_cmd(
         style = {"slower": "red", "faster": "green"}.get(ln.verdict, "")
         table.add_row(*map(str, ln.case), ln.part, fmt_ms({"median_ms": ln.a_ms, "iqr_ms": ln.a_iqr}),
                       fmt_ms({"median_ms": ln.b_ms, "iqr_ms": ln.b_iqr}), cmp.fmt_ratio(ln),
-                      f"{ln.floor * 100:.1f}%", f"[{style}]{ln.verdict}[/{style}]" if style else ln.verdict)
+                      f"{ln.floor * 100:.1f}%", Text(ln.verdict, style=style))
     out.print(f"A: {a}\nB: {b}", highlight=False)
     out.print(table)
     out.print(cmp.summary(c), highlight=False)
     bad = c.regressions(threshold)
     if bad:
-        err.print(f"[red]regression:[/red] {len(bad)} timing(s) significantly slower by more than {threshold:g}%: "
-                  + "; ".join(f"{cmp.label(ln.case)} {ln.part} x{ln.ratio:.3f}" for ln in bad),
-                  highlight=False, soft_wrap=True)
+        tell(err, "regression", "red", f"{len(bad)} timing(s) significantly slower by more than {threshold:g}%: "
+             + "; ".join(f"{cmp.label(ln.case)} {ln.part} x{ln.ratio:.3f}" for ln in bad))
         raise typer.Exit(1)
 
 

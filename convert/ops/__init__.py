@@ -27,6 +27,8 @@ def fmt(v: float) -> str:
         return "math.inf"
     if v == float("-inf"):
         return "-math.inf"
+    if v != v:
+        return "math.nan"
     return repr(float(v))
 
 
