@@ -8,6 +8,7 @@ Writing streams each blob from its NumPy buffer.
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,21 +26,46 @@ WIRE = {"int32": 0, "int64": 0, "uint32": 0, "uint64": 0, "bool": 0, "float": 5,
 PACKED = {"float": "<f4", "double": "<f8"}
 
 
+MAX_VARINT = 10  # bytes of a 64-bit varint
+
+
 class Truncated(Exception):
-    pass
+    """Malformed wire data: args are (byte offset, what is wrong there)."""
+
+    def __init__(self, pos: int, what: str = "data past the end of its message") -> None:
+        super().__init__(pos, what)
 
 
 def _varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    if pos < end and buf[pos] < 0x80:  # the common one-byte case, fast
+        return buf[pos], pos + 1
+    # At most 10 bytes: without the bound a run of 0xFF bytes is one huge integer, built in quadratic time.
     result = shift = 0
-    while True:
-        if pos >= end:
-            raise Truncated(pos)
+    stop, start = min(end, pos + MAX_VARINT), pos
+    while pos < stop:
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
+        if b < 0x80:
+            return result & 0xFFFF_FFFF_FFFF_FFFF, pos
         shift += 7
+    raise Truncated(start, "varint longer than 10 bytes" if stop < end else "varint cut off by the end")
+
+
+def _field(buf: Any, pos: int, end: int, key: int) -> tuple[Any, int]:
+    """The raw value of the field whose key was read before ``pos``: an int (varint) or a (start, end) span."""
+    wt = key & 7
+    if wt == 0:
+        return _varint(buf, pos, end)
+    if wt == 2:
+        size, pos = _varint(buf, pos, end)
+    elif wt == 1 or wt == 5:
+        size = 8 if wt == 1 else 4
+    else:  # groups (3/4) and the undefined 6/7 never occur in a caffemodel
+        raise Truncated(pos, f"wire type {wt} (field {key >> 3})")
+    if pos + size > end:
+        raise Truncated(pos, f"length {size} runs past the end of its message")
+    return (pos, pos + size), pos + size
 
 
 def _signed(v: int, typ: str) -> int:
@@ -52,29 +78,15 @@ def decode(buf: Any, start: int, end: int, type_name: str) -> Msg:
     mt, msg, pos = SCHEMA.messages[type_name], Msg(type_name), start
     while pos < end:
         key, pos = _varint(buf, pos, end)
+        raw, pos = _field(buf, pos, end, key)
         number, wt = key >> 3, key & 7
-        if wt == 0:
-            raw, pos = _varint(buf, pos, end)
-        elif wt in (1, 5):
-            size = 8 if wt == 1 else 4
-            if pos + size > end:
-                raise Truncated(pos)
-            raw, pos = (pos, pos + size), pos + size
-        elif wt == 2:
-            n, pos = _varint(buf, pos, end)
-            if pos + n > end:
-                raise Truncated(pos)
-            raw, pos = (pos, pos + n), pos + n
-        else:
-            raise Truncated(pos)  # wire types 3/4/6/7 never occur in a sane caffemodel
         f = mt.by_number.get(number)
         if f is None:
             continue
         try:
             value = _value(buf, f, wt, raw)
         except _WrongWire:
-            log.warning("caffemodel: field %d of %s has an unexpected encoding (fork-specific?); "
-                        "ignored", number, type_name)
+            _warn_once(number, type_name)
             continue
         if f.repeated:
             if not msg.has(f.name):
@@ -88,6 +100,17 @@ def decode(buf: Any, start: int, end: int, type_name: str) -> Msg:
 
 class _WrongWire(Exception):
     pass
+
+
+_warned: set[tuple[int, str]] = set()
+
+
+def _warn_once(number: int, type_name: str) -> None:
+    # random bytes can hold thousands of such fields: one line each per process
+    if (number, type_name) not in _warned and len(_warned) < 20:
+        _warned.add((number, type_name))
+        log.warning("caffemodel: field %d of %s has an unexpected encoding (fork-specific?); ignored",
+                    number, type_name)
 
 
 def _value(buf: Any, f: Any, wt: int, raw: Any) -> Any:
@@ -144,12 +167,14 @@ def _blob_array(b: Msg, path: Path, layer: str) -> np.ndarray:
         shape = (b.num, b.channels, b.height, b.width)
     else:  # an absent or empty shape is a 0-d blob holding one value
         shape = tuple(int(d) for d in b.shape.dim)
+    bad = [d for d in shape if not isinstance(d, int) or not 0 <= d < 2**31]
+    if bad:  # Caffe's dims are int32 and non-negative; a wrong one must not reach numpy
+        raise BadModel(str(path), f"layer {layer!r}", f"blob shape {list(shape)} has the bad dimension {bad[0]}")
     chunks = b.data if b.data else b.double_data
     data = _join(chunks)
-    if data.size != int(np.prod(shape)):
+    if data.size != math.prod(shape):
         raise BadModel(str(path), f"layer {layer!r}",
-                       f"blob holds {data.size} values but its shape {list(shape)} needs "
-                       f"{int(np.prod(shape))}")
+                       f"blob holds {data.size} values but its shape {list(shape)} needs {math.prod(shape)}")
     return data.reshape(shape)
 
 
@@ -178,7 +203,7 @@ def read(path: Path) -> Weights:
     try:
         net = decode(buf, 0, size, "NetParameter")
     except Truncated as t:
-        raise BadModel(str(path), "", f"truncated or not a caffemodel (bad data at byte "
+        raise BadModel(str(path), "", f"truncated or not a caffemodel ({t.args[1]} at byte "
                                       f"{t.args[0]} of {size})") from None
     layers = [(L.name, L.type, L.blobs) for L in net.layer]
     for L in net.layers:

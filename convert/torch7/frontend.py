@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import BadModel, ConvertError, ShapeError, Unsupported
 from ..ir import Graph, Node, Op, Shape
+from ..limits import check_graph_memory
 from ..ops.act import Power
 from .t7file import T7Error, TorchObject
 
@@ -206,6 +207,7 @@ def _input_shape(shapes: dict[str, Shape] | None, source: Path) -> Shape:
     return shape
 
 
+MAX_DEPTH = 100  # containers in containers; real models nest a handful
 GMODULE = "nngraph models (nn.gModule) are not supported: rebuild it from nn containers"
 
 
@@ -215,14 +217,19 @@ def check_supported(root: TorchObject, file: str) -> None:
 
     missing: list[tuple[str, str]] = []
 
-    def walk(m: Mod) -> None:
+    def walk(m: Mod, above: tuple[int, ...]) -> None:
+        # the converter recurses into containers too: a cycle or a very deep tree stops here, cleanly
+        if id(m.obj) in above:
+            raise m.fail("contains itself (a container among its own children): a reference cycle")
+        if len(above) >= MAX_DEPTH:
+            raise m.fail(f"containers nested deeper than {MAX_DEPTH} levels")
         if m.cls not in MODULES:
             missing.append((m.cls, m.path or "root"))
         elif m.cls in CONTAINERS:
             for c in m.children():
-                walk(c)
+                walk(c, (*above, id(m.obj)))
 
-    walk(Mod(root, "", file))
+    walk(Mod(root, "", file), ())
     if missing:
         gm = any(c == "nn.gModule" for c, _ in missing)
         raise Unsupported(file, "torch7", missing, GMODULE if gm else "")
@@ -265,13 +272,17 @@ def _rename(g: Graph, old: str, new: str) -> None:
     g.shapes[new] = g.shapes.pop(old)
 
 
-def _evaluate(obj: TorchObject) -> None:
+def _evaluate(root: TorchObject) -> None:
     """Torch7's module:evaluate() on the tree: train = false everywhere (what was converted)."""
-    obj.fields["train"] = False
-    mods = obj.fields.get("modules")
-    for child in (mods.values() if isinstance(mods, dict) else ()):
-        if isinstance(child, TorchObject):
-            _evaluate(child)
+    todo, seen = [root], set()
+    while todo:  # a loop, not recursion: the tree may be deep or share modules
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        obj.fields["train"] = False
+        mods = obj.fields.get("modules")
+        todo += [c for c in (mods.values() if isinstance(mods, dict) else ()) if isinstance(c, TorchObject)]
 
 
 def _calibrate(b: Builder, seed: int) -> None:
@@ -295,11 +306,11 @@ def _calibrate(b: Builder, seed: int) -> None:
 def load(source: Path, shapes: dict[str, Shape] | None, seed: int | None,
          args: dict[str, str]) -> Loaded:
     """Read a .t7 file (binary or ASCII) or run a Lua definition (seeded random weights)."""
-    from ..api import Loaded, _opencv_available
+    from ..api import Loaded, _opencv_available, source_kind
     from . import opencv, t7write
 
     source = Path(source)
-    lua = source.suffix.lower() == ".lua"
+    lua = source_kind(source) == "lua"
     if args and not lua:
         raise ConvertError(f"{source}: --arg applies to Lua definitions only")
     tree = _read(source, lua, args, seed)  # a broken file is the first thing to report
@@ -307,6 +318,7 @@ def load(source: Path, shapes: dict[str, Shape] | None, seed: int | None,
     root = _root(tree, source)
     b = build(root, shape, str(source), from_file=not lua)
     if lua and seed is not None:
+        check_graph_memory(b.g, source)  # calibration runs the graph in float64
         _calibrate(b, seed)
     g = b.g
     g.meta.update(framework="torch7", source=str(source.resolve()), seed=seed, name=source.stem,

@@ -8,6 +8,7 @@ cannot be turned into anything a converter could use, so they are refused with a
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import struct
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from convert.errors import ConvertError
+from convert.limits import over_budget
 
 __all__ = ["TorchObject", "TableKey", "T7Error", "load", "loads"]
 
@@ -31,6 +33,8 @@ _ELEMENTS = {"Double": "<f8", "Float": "<f4", "Half": "<f2", "Long": "<i8", "Int
 _ARRAY_CLASS = re.compile(r"torch\.(Cuda)?(Double|Float|Half|Long|Int|Short|Char|Byte)?(Tensor|Storage)")
 _TOKEN = re.compile(rb"\s*(\S+)")
 _NEWLINE = re.compile(rb"\n")
+MAX_DEPTH = 200  # tables and objects inside each other (each level costs a few Python frames)
+EXPAND_SLACK = 64 * 2**20  # bytes a file's tensors may grow by beyond the file (stride-0 expansions)
 
 
 class T7Error(ConvertError):
@@ -74,6 +78,8 @@ class _Reader:
         self.pos = 0
         self.memo: dict[int, Any] = {}  # reference index -> object already read
         self.classes: list[str] = []  # torch classes being read, to say where a function sits
+        self.depth = 0
+        self.copied = 0  # bytes of tensor copies made so far (non-contiguous tensors)
 
     # ---- primitives: binary is struct/frombuffer at an offset; ASCII is whitespace-separated text ----
 
@@ -195,7 +201,15 @@ class _Reader:
         index = self.read_int("reference index")
         if index in self.memo:  # a later occurrence: the very same object
             return self.memo[index]
-        return self._table(index) if tag == TABLE else self._torch(index, at)
+        if self.depth >= MAX_DEPTH:
+            inside = f" inside {self.classes[0]}" if self.classes else ""
+            raise T7Error(f"bad Torch7 data: tables and objects nested deeper than {MAX_DEPTH} levels at byte "
+                          f"{at}{inside}")
+        self.depth += 1
+        try:
+            return self._table(index) if tag == TABLE else self._torch(index, at)
+        finally:
+            self.depth -= 1
 
     def _table(self, index: int) -> dict:
         table: dict = {}
@@ -246,27 +260,45 @@ class _Reader:
         dtype = np.dtype(_ELEMENTS[_array_class(cls)[1]])  # type: ignore[index]
         if ndim == 0:
             return np.empty(0, dtype)
-        if min(sizes) <= 0:
-            return np.empty([max(s, 0) for s in sizes], dtype)
+        if min(sizes) < 0 or max(sizes) >= 2**40:  # numpy refuses even an empty array with a 2^62 dim
+            raise T7Error(f"{cls} at byte {at}: bad tensor sizes {sizes}")
+        if min(sizes) == 0:
+            return np.empty(sizes, dtype)
         if not isinstance(storage, np.ndarray):
             raise T7Error(f"{cls} at byte {at}: tensor of size {sizes} has no storage")
         last = offset + sum((s - 1) * st for s, st in zip(sizes, strides))
         if offset < 0 or min(strides) < 0 or last >= len(storage):
             raise T7Error(f"{cls} at byte {at}: sizes {sizes}, strides {strides}, offset {offset + 1} "
                           f"exceed its storage of {len(storage)} elements")
+        if not _contiguous(sizes, strides):
+            self._copy(math.prod(sizes) * dtype.itemsize, f"{cls} at byte {at}")
         return _view(storage, sizes, strides, offset)
+
+    def _copy(self, nbytes: int, what: str) -> None:
+        """Account for a compact copy of a strided tensor, before it is made."""
+        self.copied += nbytes
+        # transposed weights copy at most the file's own bytes; only repeated values (stride 0) grow past it
+        if self.copied > len(self.data) + EXPAND_SLACK:
+            raise T7Error(f"{what}: its strides repeat values (stride 0): {len(self.data)} bytes of file would "
+                          f"expand to over {self.copied} bytes of tensors")
+        reason = over_budget(self.copied, "the tensors of the file")
+        if reason:
+            raise T7Error(f"{what}: {reason}")
+
+
+def _contiguous(sizes: list[int], strides: list[int]) -> bool:
+    expected = 1
+    for s, st in zip(reversed(sizes), reversed(strides)):
+        if s != 1 and st != expected:  # size-1 dims may carry any stride
+            return False
+        expected *= s
+    return True
 
 
 def _view(storage: np.ndarray, sizes: list[int], strides: list[int], offset: int) -> np.ndarray:
     """The tensor's values: a plain view when they lie contiguously in the storage, else a compact copy."""
-    count = int(np.prod(sizes))
-    expected = 1
-    contiguous = True
-    for s, st in zip(reversed(sizes), reversed(strides)):
-        contiguous &= s == 1 or st == expected  # size-1 dims may carry any stride
-        expected *= s
-    if contiguous:
-        return storage[offset:offset + count].reshape(sizes)
+    if _contiguous(sizes, strides):
+        return storage[offset:offset + math.prod(sizes)].reshape(sizes)
     item = storage.itemsize
     view = np.lib.stride_tricks.as_strided(storage[offset:], sizes, [st * item for st in strides],
                                            writeable=False)
@@ -308,6 +340,9 @@ def load(path: str | Path, ascii: bool | None = None) -> Any:
     """Read a Torch7 file once into memory and deserialize it (tensors are views into that buffer)."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
+        reason = over_budget(size, "reading the file")
+        if reason:
+            raise T7Error(reason)
         # np.empty, unlike bytearray(size), doesn't zero-fill first, which would cost as much as the read.
         view, done = memoryview(np.empty(size, np.uint8)), 0
         while done < size:  # read() may return less than asked for very large files
