@@ -9,6 +9,7 @@ keeps its name, earlier in-place versions are called ``blob@k``.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ import numpy as np
 
 from ..errors import BadModel, ConvertError, ShapeError, Unsupported
 from ..ir import Graph, Node, Op, Shape
+from ..limits import check_bytes
 from . import binary, text, upgrade
+from .schema import SCHEMA
 from .upgrade import Layer
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,21 @@ DROPPED = {"SoftmaxWithLoss", "EuclideanLoss", "Accuracy", "SigmoidCrossEntropyL
            "InfogainLoss", "MultinomialLogisticLoss", "ContrastiveLoss", "Silence", "HDF5Output"}
 DATA = {"Input", "Data", "ImageData", "MemoryData", "DummyData", "HDF5Data", "WindowData",
         "AnnotatedData", "Python"}
+
+
+MAX_AXES = 32  # Caffe's kMaxBlobAxes
+MAX_ELEMENTS = 2**40  # far beyond any real tensor; keeps sizes and operation counts in int64
+
+
+def _bad_shape(shape: Shape) -> str | None:
+    """Why Caffe (or any sane use) could not hold a blob of this shape; None when it can."""
+    if len(shape) > MAX_AXES:
+        return f"would have {len(shape)} axes (Caffe allows {MAX_AXES})"
+    if any(d <= 0 for d in shape):
+        return f"would have shape {list(shape)}"
+    if math.prod(shape) > MAX_ELEMENTS:
+        return f"would have shape {list(shape)}: too large"
+    return None
 
 
 @dataclass
@@ -52,6 +70,7 @@ class Builder:
         self.bn_blobs: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}  # attr -> Caffe blobs
         self.L: Layer | None = None
         self._tmp = 0
+        self._random_bytes = 0
 
     # -- values --
     def x(self, i: int = 0) -> str:
@@ -98,6 +117,10 @@ class Builder:
             node = self.g.add(op, inputs, outputs, L.name, weights, share=share)
         except ShapeError as e:
             raise self.fail(str(e)) from None
+        for o in node.outputs:
+            shape_error = _bad_shape(self.g.shapes[o])
+            if shape_error:
+                raise self.fail(f"its output {o!r} {shape_error}")
         if weights and key and all(key) and key not in self.shared:
             self.shared[key] = (node.attr, op)
         return node
@@ -112,6 +135,7 @@ class Builder:
         L = self.L
         assert L is not None
         if self.weights is None:
+            self._check_sizes([shape for _, shape, _ in specs])
             arrays = [self._random(kind, shape, fan) for kind, shape, fan in specs]
         else:
             found = self.weights.blobs.get(L.name)
@@ -121,8 +145,22 @@ class Builder:
                 raise self.fail(f"expects {len(specs)} blobs, {self.weights.path.name} has "
                                 f"{len(found)}")
             arrays = [self._fit(i, a, tuple(s)) for i, (a, (_, s, _)) in enumerate(zip(found, specs))]
+            # one float64 sum per blob: no copy of a mapped blob, and NaN or Inf always shows in it
+            if not all(np.isfinite(a.sum(dtype=np.float64)) for a in arrays):
+                raise self.fail("weights contain NaN or Inf")
         self.caffe_blobs.append((L.name, L.type, arrays))
         return arrays
+
+    def _check_sizes(self, shapes: list[Shape]) -> None:
+        """Random blobs: refuse sizes numpy cannot hold, and, when they are really drawn, more
+        than the memory budget (all the net's blobs together)."""
+        sizes = [math.prod(s) for s in shapes]
+        if any(n > MAX_ELEMENTS for n in sizes):
+            raise self.fail(f"a blob of shape {list(shapes[sizes.index(max(sizes))])} is too large")
+        if self.rng is not None:
+            self._random_bytes += 4 * sum(sizes)
+            check_bytes(self._random_bytes, self.path, self.L.where(),  # type: ignore[union-attr]
+                        "drawing random weights up to this layer")
 
     def _fit(self, i: int, a: np.ndarray, shape: Shape) -> np.ndarray:
         if a.shape == shape:
@@ -153,6 +191,11 @@ class Builder:
 
 def _input_decls(net: Any, layers: list[Layer], path: str) -> dict[str, Shape | None]:
     """Declared inputs and their shapes (None: unknown, needs --input-shape)."""
+    n, dims, shapes = len(net.input), len(net.input_dim), len(net.input_shape)
+    if dims % 4 or dims > 4 * n:
+        raise BadModel(path, "", f"{dims} input_dim values for {n} input{'s' * (n != 1)}: 4 per input expected")
+    if shapes > n:
+        raise BadModel(path, "", f"{shapes} input_shape blocks for {n} input{'s' * (n != 1)}: one per input expected")
     decl: dict[str, Shape | None] = {}
     for i, name in enumerate(net.input):
         if i < len(net.input_shape):
@@ -163,15 +206,18 @@ def _input_decls(net: Any, layers: list[Layer], path: str) -> dict[str, Shape | 
             decl[name] = None
     for L in layers:
         if L.type in DATA:
-            for t, s in zip(L.tops, _data_shapes(L)):
+            for t, s in zip(L.tops, _data_shapes(L, path)):
                 decl[t] = s
     return decl
 
 
-def _data_shapes(L: Layer) -> list[Shape | None]:
+def _data_shapes(L: Layer, path: str) -> list[Shape | None]:
     p = L.p
     if L.type == "Input":
         shapes = [tuple(int(d) for d in s.dim) for s in p.input_param.shape]
+        if len(shapes) not in (0, 1, len(L.tops)):  # Caffe's InputLayer check
+            raise BadModel(path, L.where(), f"{len(shapes)} shapes for {len(L.tops)} tops: give one shape, "
+                                              "one per top, or none")
         return shapes * len(L.tops) if len(shapes) == 1 else shapes + [None] * len(L.tops)
     if L.type == "DummyData":
         d = p.dummy_data_param
@@ -213,8 +259,9 @@ def load(prototxt: Path, weights: Path | None = None,
     unknown = [(L.type, L.name) for L in layers if L.type not in LAYERS and L.type not in DATA]
     if unknown:
         raise Unsupported(path, "caffe", unknown)
-    w = binary.read(weights) if weights else None
     decl = _input_decls(net, layers, path)
+    _check_net(layers, list(net.input), path)
+    w = binary.read(weights) if weights else None
     consumed = {b for L in layers for b in L.bottoms}
     b = Builder(path, w, seed, _writes(layers))
     _add_inputs(b, decl, consumed, input_shapes or {}, path)
@@ -238,6 +285,47 @@ def load(prototxt: Path, weights: Path | None = None,
                     weights=str(Path(weights).resolve()) if weights else None, seed=seed,
                     name=net.name or Path(prototxt).stem, opencv_known=known_deviations(layers))
     return CaffeModel(b.g, b.caffe_blobs, weights is None, net.name)
+
+
+def _check_net(layers: list[Layer], inputs: list[str], path: str) -> None:
+    """What Caffe checks as it builds the net, before any layer runs: bottom and top counts,
+    parameters (finite, known enum values), every bottom produced earlier, every top produced
+    once (or in place: top i is bottom i)."""
+    from .layers import arity_error
+
+    available: set[str] = set()
+    for name in inputs:
+        if name in available:
+            raise BadModel(path, f"input {name!r}", "declared twice")
+        available.add(name)
+    for L in layers:
+        if L.type not in DATA:
+            reason = arity_error(L) or _param_error(L.p)
+            missing = [x for x in L.bottoms if x not in available]
+            if missing and not reason:
+                reason = f"input blob {missing[0]!r} is not produced by any earlier layer or input"
+            if reason:
+                raise BadModel(path, L.where(), reason)
+        for i, t in enumerate(L.tops):
+            if t in available and not (i < len(L.bottoms) and L.bottoms[i] == t):
+                raise BadModel(path, L.where(), f"top {t!r} is already produced by an earlier layer, an "
+                                                "input or this layer (only in-place reuse is allowed)")
+            available.add(t)
+
+
+def _param_error(msg: Any, prefix: str = "") -> str | None:
+    """The first parameter that is not finite or names no value of its enum (None: all fine)."""
+    for f, value in msg.items():
+        for v in value if isinstance(value, list) else [value]:
+            if f.is_message:
+                reason = _param_error(v, f"{prefix}{f.name}.")
+                if reason:
+                    return reason
+            elif f.type in ("float", "double") and not math.isfinite(v):
+                return f"{prefix}{f.name} is {v}: parameters must be finite numbers"
+            elif f.is_enum and not isinstance(v, str):
+                return f"{prefix}{f.name} is {v}, which is none of {', '.join(SCHEMA.enums[f.type])}"
+    return None
 
 
 def _calibrate(b: Builder, seed: int) -> None:
@@ -275,10 +363,17 @@ def _add_inputs(b: Builder, decl: dict[str, Shape | None], consumed: set[str],
         if shape is None:
             raise BadModel(path, f"input {name!r}", "shape unknown (a data layer or an input "
                            f"without dimensions); give it with --input-shape {name}=N,C,H,W")
-        if not shape or any(int(d) <= 0 for d in shape):
-            raise BadModel(path, f"input {name!r}", f"invalid shape {list(shape)}")
-        b.g.add_input(name, shape)
-        b.cur[name] = name
+        if not shape or _bad_shape(tuple(int(d) for d in shape)):
+            shown = list(shape) if len(shape) <= MAX_AXES else f"of {len(shape)} axes (Caffe allows {MAX_AXES})"
+            raise BadModel(path, f"input {name!r}", f"invalid shape {shown}")
+        value = name or b._fresh("input")  # a value needs a name; Caffe's blob may have none
+        b.g.add_input(value, shape)
+        b.cur[name] = value
+        if value != name:
+            b.g.meta.setdefault("caffe_inputs", {})[value] = name
+    if not b.g.inputs and decl:
+        raise BadModel(path, "", f"no layer reads the input{'s' * (len(decl) > 1)} "
+                                 f"{', '.join(repr(k) for k in list(decl)[:5])}")
     if not b.g.inputs:
         raise BadModel(path, "", "the net declares no input (input/input_dim, input_shape or an "
                                  "Input layer)")

@@ -24,14 +24,27 @@ from .frontend import Builder
 from .upgrade import Layer
 
 LAYERS: dict[str, Callable[[Builder, Layer], None]] = {}
+Count = tuple[int, int | None]  # (least, most); None: no limit
+ARITY: dict[str, tuple[Count, Count]] = {}  # type -> (bottoms, tops), as Caffe's layer checks them
 
 
-def layer(*types: str) -> Callable[[Callable[[Builder, Layer], None]], Callable[[Builder, Layer], None]]:
+def layer(*types: str, bottoms: Count = (1, 1), tops: Count = (1, 1)
+          ) -> Callable[[Callable[[Builder, Layer], None]], Callable[[Builder, Layer], None]]:
     def reg(fn: Callable[[Builder, Layer], None]) -> Callable[[Builder, Layer], None]:
         for t in types:
             LAYERS[t] = fn
+            ARITY[t] = (bottoms, tops)
         return fn
     return reg
+
+
+def arity_error(L: Layer) -> str | None:
+    """Why the layer's number of bottoms or tops does not fit its type (None when it does)."""
+    for what, n, (lo, hi) in zip(("bottom", "top"), (len(L.bottoms), len(L.tops)), ARITY[L.type]):
+        if n < lo or (hi is not None and n > hi):
+            want = str(lo) if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+            return f"{L.type} takes {want} {what} blob{'' if want[-1] == '1' else 's'}, got {n}"
+    return None
 
 
 def _axis(b: Builder, axis: int, rank: int) -> int:
@@ -84,6 +97,8 @@ def convolution(b: Builder, L: Layer) -> None:
     group = c if L.type == "ConvolutionDepthwise" else cp.group
     if not cp.has("num_output") or cp.num_output <= 0:
         raise b.fail("num_output is not given")
+    if group <= 0:
+        raise b.fail(f"group must be positive, got {group}")
     if c % group or cp.num_output % group:
         raise b.fail(f"group {group} does not divide {c} input and {cp.num_output} output channels")
     shape = (cp.num_output, c // group, *geo["kernel"])
@@ -100,7 +115,11 @@ def deconvolution(b: Builder, L: Layer) -> None:
     cp, c = L.p.convolution_param, b.shape()[1]
     geo = _conv_geometry(b, cp)
     g, n = cp.group, cp.num_output
-    if n <= 0 or c % g or n % g:
+    if n <= 0:
+        raise b.fail("num_output is not given")
+    if g <= 0:
+        raise b.fail(f"group must be positive, got {g}")
+    if c % g or n % g:
         raise b.fail(f"group {g} does not divide {c} input and {n} output channels")
     kh, kw = geo["kernel"]
     fan = c // g * kh * kw / (geo["stride"][0] * geo["stride"][1])
@@ -142,6 +161,8 @@ def pooling(b: Builder, L: Layer) -> None:
             raise b.fail("global pooling needs pad 0 and stride 1")
     else:
         k, s, p = _hw(b, pp, "kernel", None), _hw(b, pp, "stride", 1), _hw(b, pp, "pad", 0)
+        if min(k) <= 0 or min(s) <= 0:
+            raise b.fail(f"kernel {list(k)} and stride {list(s)} must be positive")
     ceil = pp.round_mode == "CEIL"
     drop = any(p)  # Caffe drops a window starting in the padding only when the layer pads
     out = tuple(pooled_size(n, kk, ss, pa, ceil, drop) for n, kk, ss, pa in zip((h, w), k, s, p))
@@ -159,6 +180,8 @@ def lrn(b: Builder, L: Layer) -> None:
 
 @layer("BatchNorm")
 def batch_norm(b: Builder, L: Layer) -> None:
+    if len(b.shape()) < 2:
+        raise b.fail(f"needs an input with channels, got {list(b.shape())}")
     bp, c = L.p.batch_norm_param, b.shape()[1]
     mean, var, factor = b.blobs([("mean", (c,), 0), ("var", (c,), 0), ("factor", (1,), 0)])
     f = float(factor.reshape(-1)[0])
@@ -177,7 +200,7 @@ def _param_shape(b: Builder, shape: Shape, axis: int, num_axes: int) -> Shape:
     return tuple(shape[axis:end])
 
 
-@layer("Scale")
+@layer("Scale", bottoms=(1, 2))
 def scale(b: Builder, L: Layer) -> None:
     sp, shape = L.p.scale_param, b.shape()
     if len(L.bottoms) == 2:
@@ -197,7 +220,7 @@ def scale(b: Builder, L: Layer) -> None:
     b.node(Affine(_axis(b, sp.axis, len(shape)), scale=True, bias=sp.bias_term), [b.x()], weights=w)
 
 
-@layer("Bias")
+@layer("Bias", bottoms=(1, 2))
 def bias(b: Builder, L: Layer) -> None:
     bp, shape = L.p.bias_param, b.shape()
     if len(L.bottoms) == 2:
@@ -211,7 +234,10 @@ def bias(b: Builder, L: Layer) -> None:
 @layer("MVN")
 def mvn(b: Builder, L: Layer) -> None:
     mp = L.p.mvn_param
-    b.node(MVN(mp.normalize_variance, mp.across_channels, mp.eps))
+    op = MVN(mp.normalize_variance, mp.across_channels, mp.eps)
+    if not op.axes(len(b.shape())):
+        raise b.fail(f"no axes to normalize over in an input of shape {list(b.shape())}")
+    b.node(op)
 
 
 @layer("Normalize")
@@ -295,7 +321,7 @@ def dropout(b: Builder, L: Layer) -> None:
 
 # --- structure -------------------------------------------------------------------------------
 
-@layer("Eltwise")
+@layer("Eltwise", bottoms=(2, None))
 def eltwise(b: Builder, L: Layer) -> None:
     ep = L.p.eltwise_param
     if ep.coeff and ep.operation != "SUM":
@@ -303,14 +329,14 @@ def eltwise(b: Builder, L: Layer) -> None:
     b.node(Eltwise(ep.operation.lower(), tuple(float(c) for c in ep.coeff)))
 
 
-@layer("Concat")
+@layer("Concat", bottoms=(1, None))
 def concat(b: Builder, L: Layer) -> None:
     cp = L.p.concat_param
     axis = cp.concat_dim if cp.has("concat_dim") and not cp.has("axis") else cp.axis
     b.node(Concat(_axis(b, axis, len(b.shape()))))
 
 
-@layer("Slice")
+@layer("Slice", tops=(1, None))
 def slice_(b: Builder, L: Layer) -> None:
     sp, shape = L.p.slice_param, b.shape()
     axis = _axis(b, sp.slice_dim if sp.has("slice_dim") and not sp.has("axis") else sp.axis,
@@ -328,7 +354,7 @@ def slice_(b: Builder, L: Layer) -> None:
     b.node(Split(axis, tuple(sizes)))
 
 
-@layer("Split")
+@layer("Split", tops=(1, None))
 def split(b: Builder, L: Layer) -> None:
     for i in range(len(L.tops)):  # every top is the bottom itself: no computation
         b.alias(i, b.x())
@@ -350,9 +376,9 @@ def reshape(b: Builder, L: Layer) -> None:
     if not 0 <= start <= end <= rank:
         raise b.fail(f"axis {rp.axis} / num_axes {rp.num_axes} do not fit a {rank}-D input")
     dims = [int(d) for d in rp.shape.dim]
-    new = [shape[start + i] if d == 0 else d for i, d in enumerate(dims)]
-    if any(d == 0 for d in dims) and start + len(dims) > rank:
+    if any(d == 0 and start + i >= rank for i, d in enumerate(dims)):
         raise b.fail("dim 0 (copy) refers past the input's axes")
+    new = [shape[start + i] if d == 0 else d for i, d in enumerate(dims)]
     full = list(shape[:start]) + new + list(shape[end:])
     if full.count(-1) > 1 or any(d < -1 for d in full):
         raise b.fail(f"invalid shape {dims}")
@@ -365,7 +391,7 @@ def reshape(b: Builder, L: Layer) -> None:
     b.node(Reshape(tuple(full)))
 
 
-@layer("Crop")
+@layer("Crop", bottoms=(2, 2))
 def crop(b: Builder, L: Layer) -> None:
     cp, s0, s1 = L.p.crop_param, b.shape(0), b.shape(1)
     axis = _axis(b, cp.axis, len(s0))
@@ -386,7 +412,7 @@ def permute(b: Builder, L: Layer) -> None:
     b.node(Transpose(tuple(order)))
 
 
-@layer("Interp")
+@layer("Interp", bottoms=(1, 2))
 def interp(b: Builder, L: Layer) -> None:
     _need_4d(b)
     ip, (h, w) = L.p.interp_param, b.shape()[2:]

@@ -169,6 +169,10 @@ class Msg:
     def set(self, name: str, value: Any) -> None:
         self._values[name] = value
 
+    def items(self) -> list[tuple[Field, Any]]:
+        """The fields that were given, with their values."""
+        return [(self._type.fields[k], v) for k, v in self._values.items()]
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)

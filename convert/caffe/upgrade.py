@@ -112,6 +112,9 @@ def _from_v1(entries: list[Msg], path: str) -> list[Msg]:
     pending: dict[str, tuple[str, int]] = {}  # top of a padding layer -> (its bottom, pad)
     for L in entries:
         if L.has("layer") and L.layer.type == "padding":
+            if len(L.bottom) != 1 or len(L.top) != 1:
+                raise BadModel(path, f"layer {L.layer.name!r} (padding)", "a V0 padding layer needs one "
+                                     f"bottom and one top, got {len(L.bottom)} and {len(L.top)}")
             pending[L.top[0]] = (L.bottom[0], L.layer.pad)
             continue
         p = _v1(L)
