@@ -75,7 +75,6 @@ def python_reserved(*extra: Iterable[str]) -> set[str]:
     return names
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
 
 
@@ -87,7 +86,8 @@ def inert(text: object, limit: int = 200) -> str:
 
 
 def printable(text: object, limit: int = 2000) -> str:
-    """Text for a terminal: escape sequences removed, other control characters (line breaks
-    included) shown as spaces, at most ``limit`` characters."""
-    s = _CONTROL.sub(" ", _ANSI.sub("", str(text)))
-    return s if len(s) <= limit else s[:limit] + f"... ({len(s) - limit} more characters)"
+    """Text for a terminal: escape sequences removed, other characters that do not print (line
+    breaks, controls, bidirectional overrides) shown as spaces, at most ``limit`` characters."""
+    s = _ANSI.sub("", str(text))
+    cut = "".join(ch if ch.isprintable() else " " for ch in s[:limit])
+    return cut if len(s) <= limit else cut + f"... ({len(s) - limit} more characters)"

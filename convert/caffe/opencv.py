@@ -46,9 +46,14 @@ Feeds = dict[str, np.ndarray]
 def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[Feeds], Feeds]:
     """A function running OpenCV's import of the original files (in a child process)."""
     first = {n.outputs[0]: n.name for n in g.nodes}  # OpenCV fetches a layer's first output by name
-    wanted = {o: first[o] for o in g.outputs if o in first}
+    # one Caffe layer may become consecutive nodes; a name given to two layers is ambiguous there
+    layers = [n.name for i, n in enumerate(g.nodes) if i == 0 or g.nodes[i - 1].name != n.name]
+    wanted = {o: first[o] for o in g.outputs if o in first and first[o] and layers.count(first[o]) == 1}
+
+    blob = g.meta.get("caffe_inputs", {})  # inputs whose value name is not the Caffe blob's
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {blob.get(k, k): v for k, v in feeds.items()}
         outs, peak = isolate.call("convert.caffe.opencv:forward", feeds, prototxt=str(prototxt),
                                   caffemodel=str(caffemodel) if caffemodel else None, outputs=wanted)
         run.peak_rss_bytes = peak  # type: ignore[attr-defined]
