@@ -68,6 +68,7 @@ class Parser:
     def __init__(self, text: str, path: str) -> None:
         self.path, self.toks, self.i = path, tokenize(text, path), 0
         self.notes: list[tuple[int, str, tuple[Any, ...]]] = []  # logged once the parse succeeds
+        self.unknowns: list[Tok] = []  # names of unknown fields, in order
 
     def fail(self, tok: Tok, what: str) -> BadModel:
         return BadModel(self.path, f"{tok.line}:{tok.col}", what)
@@ -104,7 +105,7 @@ class Parser:
                 continue
             if t.kind == "eof" and pos is not None:
                 raise self.fail(t, f"unclosed block: the '{{' at line {pos[0]}, column {pos[1]} "
-                                   f"is never closed")
+                                   f"is never closed{self.hint(pos)}")
             if t.kind != "ident":
                 want = f"a field name or '{close}'" if close else "a field name"
                 raise self.fail(t, f"expected {want}, found {_show(t.text or 'end of file')}")
@@ -165,15 +166,24 @@ class Parser:
                 return f.default
             raise self.fail(t, f"bad value {_show(t.text)} for '{f.name}' ({e})") from None
 
+    def hint(self, pos: tuple[int, int]) -> str:
+        """Where a '}' is probably missing: before the first unknown field inside the open block."""
+        after = [t for t in self.unknowns if (t.line, t.col) > pos]
+        if not after:
+            return ""
+        t = after[0]
+        return f" (a '}}' missing before {_show(t.text)} at line {t.line}, column {t.col}?)"
+
     def unknown(self, msg: Msg, name: Tok) -> None:
         """A field caffe.proto does not know: apply its fork meaning, or skip it with a warning."""
+        self.unknowns.append(name)
         fork = FORK_FIELDS.get((msg.type_name, name.text))
         if self.peek().kind == "symbol" and self.peek().text == ":":
             self.next()
         t = self.peek()
         if t.kind == "symbol" and t.text in "{<":
             self.next()
-            self.skip_block("}" if t.text == "{" else ">")
+            self.skip_block("}" if t.text == "{" else ">", t)
             value = None
         else:
             value = self.next()
@@ -189,12 +199,13 @@ class Parser:
         self.note(logging.WARNING, "field '%s' is not in BVLC Caffe's %s (fork-specific?); ignored",
                   name, name.text, msg.type_name)
 
-    def skip_block(self, close: str) -> None:
+    def skip_block(self, close: str, start: Tok) -> None:
         depth = 1
         while depth:
             t = self.next()
             if t.kind == "eof":
-                raise self.fail(t, f"unclosed block: expected '{close}'")
+                raise self.fail(t, f"unclosed block: the '{start.text}' at line {start.line}, column "
+                                   f"{start.col} is never closed (expected '{close}')")
             if t.kind == "symbol" and t.text in "{<":
                 depth += 1
             elif t.kind == "symbol" and t.text in "}>":
