@@ -4,6 +4,7 @@
     python -m zoo.checks caffemodel-speed  # VGG-16 caffemodel: zoo's loader vs OpenCV, peak RSS
     python -m zoo.checks t7-speed          # VGG-16-sized .t7: zoo's reader vs numpy.fromfile
     python -m zoo.checks harness           # zoo bench medians vs a hand-written loop, and repeated
+    python -m zoo.checks fuzz --minutes N [--seed S]  # hostile/broken inputs to the CLI (zoo/fuzz.py)
 
 Results are printed and written as JSON under outputs/checks/.
 """
@@ -129,8 +130,30 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
     return result
 
 
+def fuzz(argv: list[str]) -> None:
+    """Fuzz the CLI for N minutes; findings (reproducers) under outputs/checks/fuzz-findings/; exit 1 on any."""
+    import argparse
+
+    from . import fuzz as fz
+
+    p = argparse.ArgumentParser(prog="python -m zoo.checks fuzz")
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    dest = OUT / "fuzz-findings"
+    shutil.rmtree(dest, ignore_errors=True)
+    result = fz.run(a.minutes * 60, a.seed, dest=dest)
+    print(json.dumps({k: v for k, v in result.items() if k != "findings"}, indent=2))
+    for key, f in sorted(result["findings"].items()):
+        print(f"{f['count']:5d}  {key}  {f.get('reproducer', '')}")
+    _save("fuzz", result)
+    sys.exit(1 if result["fatal"] else 0)
+
+
 def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.ERROR)
+    if argv[:1] == ["fuzz"]:
+        return fuzz(argv[1:])
     from .checks_harness import harness
 
     checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness}
