@@ -144,7 +144,8 @@ def verify(g: Graph, art: Path, opencv: Callable[[dict[str, np.ndarray]], dict[s
     failed = [k for k, v in report["backends"].items() if v.get("ok") is False]
     report["status"] = "mismatch" if failed else "verified"
     if failed:
-        report["first_divergence"] = locate(g, art, feeds, tol, [f for f in failed if f != "opencv"])
+        report["first_divergence"] = locate(g, art, feeds, tol, [f for f in failed if f != "opencv"]) \
+            or (locate_opencv(g, feeds, tol, opencv) if "opencv" in failed else None)
     return report
 
 
@@ -165,6 +166,25 @@ def _check_backend(name: str, fn: Callable[[], dict[str, np.ndarray]], ref: dict
     if name == "opencv" and not res["ok"] and known:
         res.update(ok=None, status="deviates (known)", reason="; ".join(known))
     return res
+
+
+def locate_opencv(g: Graph, feeds: dict[str, np.ndarray], tol: float, opencv: Any) -> dict[str, Any]:
+    """The first layer whose OpenCV output differs from the reference, when OpenCV can give
+    every layer's output (its Caffe importer can; its Torch importer names layers its own way)."""
+    nothing = {"backend": "opencv", "layer": None, "reason": "OpenCV gave no per-layer output"}
+    if not hasattr(opencv, "layers"):
+        return nothing
+    try:
+        got = opencv.layers(feeds)
+    except IsolatedError as e:
+        return {**nothing, "reason": f"OpenCV gave no per-layer output ({e})"}
+    ref = reference.run(g, feeds, keep=True)
+    for node in g.nodes:
+        o = node.outputs[0]
+        if o in got and metrics(ref[o], got[o])["max_rel"] > tol:
+            return {"backend": "opencv", "layer": node.name, "op": node.op.kind, "value": o,
+                    "max_rel": metrics(ref[o], got[o])["max_rel"]}
+    return {**nothing, "reason": "every layer OpenCV gives agrees; the difference is in the outputs only"}
 
 
 def locate(g: Graph, art: Path, feeds: dict[str, np.ndarray], tol: float,

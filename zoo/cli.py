@@ -113,7 +113,8 @@ def convert_cmd(
         if info["status"] == "mismatch":
             failed = True
             div = info["verification"].get("first_divergence")
-            where = f" first divergence: layer {div['layer']!r} ({div['backend']})" if div else ""
+            where = "" if not div else f" first divergence: layer {div['layer']!r} ({div['backend']})" \
+                if div.get("layer") is not None else f" ({div['backend']}: {div.get('reason')})"
             tell(err, "mismatch", "red", f"{t.name}{where}")
         out.print(printable(f"{t.name}: {info['status']} -> {res.dir}"))
     out.print(table)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,22 +44,38 @@ def known_deviations(layers: list[Layer]) -> list[str]:
 Feeds = dict[str, np.ndarray]
 
 
-def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[Feeds], Feeds]:
-    """A function running OpenCV's import of the original files (in a child process)."""
-    first = {n.outputs[0]: n.name for n in g.nodes}  # OpenCV fetches a layer's first output by name
-    # one Caffe layer may become consecutive nodes; a name given to two layers is ambiguous there
-    layers = [n.name for i, n in enumerate(g.nodes) if i == 0 or g.nodes[i - 1].name != n.name]
-    wanted = {o: first[o] for o in g.outputs if o in first and first[o] and layers.count(first[o]) == 1}
+def layer_values(g: Graph) -> dict[str, str]:
+    """Value -> the Caffe layer whose (first) output OpenCV gives under that layer's name.
 
+    One Caffe layer may be several consecutive nodes (the last one holds the layer's output); a
+    name that is empty or given to two layers is ambiguous there and left out."""
+    runs: list[list[str]] = []
+    for i, n in enumerate(g.nodes):
+        if i and g.nodes[i - 1].name == n.name:
+            runs[-1][1] = n.outputs[0]
+        else:
+            runs.append([n.name, n.outputs[0]])
+    count = Counter(name for name, _ in runs)
+    return {v: name for name, v in runs if name and count[name] == 1}
+
+
+def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[Feeds], Feeds]:
+    """A function running OpenCV's import of the original files (in a child process); its
+    ``layers`` attribute gives every layer's output instead, to find where OpenCV diverges."""
+    values = layer_values(g)
     blob = g.meta.get("caffe_inputs", {})  # inputs whose value name is not the Caffe blob's
 
-    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feeds = {blob.get(k, k): v for k, v in feeds.items()}
-        outs, peak = isolate.call("convert.caffe.opencv:forward", feeds, prototxt=str(prototxt),
-                                  caffemodel=str(caffemodel) if caffemodel else None, outputs=wanted)
+    def call(feeds: Feeds, wanted: dict[str, str]) -> Feeds:
+        outs, peak = isolate.call("convert.caffe.opencv:forward", {blob.get(k, k): v for k, v in feeds.items()},
+                                  prototxt=str(prototxt), caffemodel=str(caffemodel) if caffemodel else None,
+                                  outputs=wanted)
         run.peak_rss_bytes = peak  # type: ignore[attr-defined]
         return outs
 
+    def run(feeds: Feeds) -> Feeds:
+        return call(feeds, {o: values[o] for o in g.outputs if o in values})
+
+    run.layers = lambda feeds: call(feeds, values)  # type: ignore[attr-defined]
     return run
 
 
