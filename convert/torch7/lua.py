@@ -33,6 +33,7 @@ import logging
 import math
 import re
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from convert.errors import ConvertError
+from convert.limits import over_budget
 from convert.torch7.t7file import TableKey, TorchObject
 
 __all__ = ["LuaError", "run_definition"]
@@ -47,7 +49,6 @@ __all__ = ["LuaError", "run_definition"]
 log = logging.getLogger(__name__)
 
 MAX_MEMORY = 512 * 2**20  # bytes of Lua heap
-MAX_ELEMENTS = 2**30  # tensor elements in one model (4 GiB of float32)
 MAX_VALUES = 2_000_000  # Lua values converted to Python (tables, fields, list entries)
 MAX_DEPTH = 200  # nesting of tables/modules
 CHUNK = "<definition>"  # Lua's name for the script; Lua would truncate a long path in its messages
@@ -63,7 +64,7 @@ class LuaError(ConvertError):
 # installs the limits and runs it. Returns status ("ok" | "error" | "syntax" | "limit" | "memory"), the
 # result or message, and the printed lines.
 _SANDBOX = r"""
-local lib, source, opt, max_instructions, max_seconds, clock, seed = ...
+local lib, source, opt, max_instructions, max_seconds, clock, seed, max_values = ...
 local sethook, getinfo = debug.sethook, debug.getinfo
 local load, pcall, xpcall, error, type, select, tostring = load, pcall, xpcall, error, type, select, tostring
 local rawget, setmetatable, pairs, format, concat = rawget, setmetatable, pairs, string.format, table.concat
@@ -202,12 +203,15 @@ end
 
 local chunk, err = load(source, "=" .. CHUNK, "t", env)
 if not chunk then return "syntax", err, printed end
+-- The model is exported to plain tables under the same hook: the host never touches the script's objects
+-- (whose metatables the script may have set to loop or fail in any access).
+local export = lib.export
 local function main()
   local result = chunk()
   if type(result) == "function" then result = result(opt) end
   if result == nil then result = rawget(env, "model") end
   if result == nil then result = rawget(env, "net") end
-  return result
+  return export(result, max_values)
 end
 sethook(hook, "", step)
 local ok, result = xpcall(main, handler)
@@ -267,10 +271,10 @@ def run_definition(path: Path, args: dict[str, str] | None = None, seed: int = 0
         opt = lua.table_from({k.encode(): _lua_value(v) for k, v in (args or {}).items()})
         lua.execute(b"python = nil")  # lupa's helper table in the host globals: not even there
         status, result, printed = lua.execute(_SANDBOX.encode(), lib, source, opt, int(max_instructions),
-                                              float(max_seconds), time.monotonic, int(seed),
+                                              float(max_seconds), time.monotonic, int(seed), MAX_VALUES,
                                               name=b"=sandbox", mode=b"t")
-        for line in _listed(printed):
-            log.info("%s: %s", name, _text(line)[:2000])
+        for line in _array(printed):
+            log.info("%s: %s", name, _clean(_text(line))[:2000])
         status = _text(status)
         if status == "limit":
             raise LuaError(f"{name}: the script ran longer than the limit "
@@ -278,12 +282,10 @@ def run_definition(path: Path, args: dict[str, str] | None = None, seed: int = 0
         if status == "error" or status == "syntax":
             raise LuaError(_message(name, _text(result)))
         if status == "ok":
-            describe = lib[b"describe"]
-            if lupa.lua_type(result) != "table" or describe(result)[0] != b"module":
+            if result is None:
                 raise LuaError(f"{name}: the script returned no nn module (return the model, a function "
                                "building it, or set a global 'model')")
-            lua.set_max_memory(lua.get_memory_used() + 64 * 2**20)  # headroom for describe() calls
-            return _Converter(describe, lupa.lua_type, np.random.default_rng(seed), name).value(result, 0)
+            return _Converter(np.random.default_rng(seed), name).tree([_node(n) for n in _array(result)])
     except lupa.LuaMemoryError:
         pass
     raise LuaError(f"{name}: the script used more than {max_memory / 2**20:g} MiB of memory")
@@ -293,81 +295,137 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str, limit: int = 2000) -> str:
+    """Script text for a message or a log line: no control characters (ANSI escapes), bounded length."""
+    text = _CONTROL.sub("?", text[:limit])
+    return text + "…" if len(text) == limit else text
+
+
 def _message(name: str, msg: str) -> str:
-    msg = " ".join(msg.split("\n"))
+    msg = _clean(" ".join(msg[:4000].split("\n")))
     if msg.startswith(CHUNK + ":"):
         return name + msg[len(CHUNK):]
     return f"{name}: {msg}"
 
 
-class _Converter:
-    """Lua values to Python: modules to TorchObject, tensors to float32 arrays, tables to dicts."""
+def _array(t: Any) -> list:
+    """A Lua list built by the sandbox (plain tables, no metatables) as a Python list."""
+    return [t[i] for i in range(1, len(t) + 1)]
 
-    def __init__(self, describe: Any, lua_type: Any, rng: np.random.Generator, name: str) -> None:
-        self.describe, self.lua_type, self.rng, self.name = describe, lua_type, rng, name
-        self.memo: dict[bytes, Any] = {}
-        self.values = self.elements = 0
+
+def _node(t: Any) -> tuple:
+    """One exported node as Python: (kind, a, b, c, d) with Lua lists as Python lists and refs as _Ref."""
+    kind = _text(t[1])
+    if kind == "storage":
+        return kind, _array(t[2]), None, None, None
+    if kind == "tensor":
+        return kind, _array(t[2]) if t[2] else None, t[3], t[4], _array(t[5]) if t[5] else None
+    return kind, t[2], t[3], [_ref(k) for k in _array(t[4])], [_ref(x) for x in _array(t[5])]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    """Node ``index`` (0-based) of the export: a table, module, tensor or storage."""
+
+    index: int
+
+
+def _ref(x: Any) -> Any:
+    if isinstance(x, (bytes, int, float, bool)):
+        return _plain(x)
+    return _Ref(int(x[1]) - 1)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, bytes):
+        return x.decode("utf-8", "replace")
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+class _Converter:
+    """Exported nodes to Python: modules to TorchObject, tensors to float32 arrays, tables to dicts.
+
+    Iterative throughout (no recursion, whatever the nesting); tensors get their random values in the
+    order a depth-first walk in field order meets them (weight, then bias, then the rest by name)."""
+
+    def __init__(self, rng: np.random.Generator, name: str) -> None:
+        self.rng, self.name = rng, name
+        self.elements = 0
 
     def fail(self, reason: str) -> LuaError:
         return LuaError(f"{self.name}: {reason}")
 
-    def value(self, v: Any, depth: int) -> Any:
-        self.values += 1
-        if self.values > MAX_VALUES:
-            raise self.fail(f"the model holds more than {MAX_VALUES} Lua values")
-        if self.lua_type(v) is None:  # number, string, boolean, nil: already Python
-            if isinstance(v, bytes):
-                return v.decode("utf-8", "replace")
-            if isinstance(v, float) and v.is_integer():
-                return int(v)
-            return v
-        info = self.describe(v)
-        info = info if isinstance(info, tuple) else (info,)
-        kind = _text(info[0])
-        if kind not in ("module", "tensor", "storage", "table"):
-            return _SKIP  # functions, coroutines, userdata: nothing a converter could use
-        if info[1] in self.memo:  # the same Lua object: the same Python object, as in a .t7
-            return self.memo[info[1]]
-        if depth > MAX_DEPTH:
-            raise self.fail(f"tables nested deeper than {MAX_DEPTH} levels")
-        if kind == "tensor":
-            out = self.memo[info[1]] = self.tensor(*info[2:6])
-        elif kind == "storage":
-            try:
-                out = self.memo[info[1]] = np.array([self.value(x, depth + 1) for x in _listed(v)], np.int64)
-            except (TypeError, ValueError, OverflowError):
-                raise self.fail("a torch.LongStorage holds something other than integers") from None
-        elif kind == "module":
-            out = self.memo[info[1]] = TorchObject(_text(info[2]), {}, int(info[3] or 1))
-            out.fields = self.table(v, depth)
-        else:
-            out = self.memo[info[1]] = {}
-            out.update(self.table(v, depth))
-        return out
+    def tree(self, nodes: list[tuple]) -> TorchObject:
+        objs = [self.shell(n) for n in nodes]
+        for i in self.walk(nodes):
+            if nodes[i][0] == "tensor":
+                objs[i] = self.tensor(*nodes[i][1:])
+        for i, (kind, _, _, keys, vals) in enumerate(nodes):
+            if kind in ("module", "table") and objs[i] is not None:
+                fields = objs[i].fields if kind == "module" else objs[i]
+                fields.update(self.fields(keys, vals, objs))
+        return objs[0]
 
-    def table(self, t: Any, depth: int) -> dict:
-        items = [(self.value(k, depth + 1), x) for k, x in t.items()]
-        # weight, then bias, then the rest by name: the order the random values are drawn in
-        items.sort(key=_field_order)
-        out: dict = {}
-        for key, x in items:
-            value = self.value(x, depth + 1)
-            if value is _SKIP or key is _SKIP:
+    def shell(self, node: tuple) -> Any:
+        kind, a, b = node[:3]
+        if kind == "module":
+            version = int(b) if isinstance(b, (int, float)) and math.isfinite(b) else 1
+            return TorchObject(_text(a), {}, version)
+        if kind == "table":
+            return {}
+        if kind == "storage":
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer()
+                       and abs(x) < 2**63 for x in a):
+                raise self.fail("a torch.LongStorage holds something other than integers")
+            return np.array([int(x) for x in a], np.int64)
+        return None  # a tensor: filled in walk order
+
+    def walk(self, nodes: list[tuple]) -> list[int]:
+        """Node indices in the order a depth-first walk in field order first meets them."""
+        order, seen, todo = [], set(), [(0, 0)]
+        while todo:
+            i, depth = todo.pop()
+            if i in seen:
                 continue
+            if depth > MAX_DEPTH:
+                raise self.fail(f"tables nested deeper than {MAX_DEPTH} levels")
+            seen.add(i)
+            order.append(i)
+            kind, _, _, keys, vals = nodes[i]
+            if kind in ("module", "table"):
+                ordered = sorted(zip(keys, vals), key=_field_order)
+                refs = [r for r in keys + [x for _, x in ordered] if isinstance(r, _Ref)]
+                todo += [(r.index, depth + 1) for r in reversed(refs)]
+        return order
+
+    def fields(self, keys: list, vals: list, objs: list) -> dict:
+        out: dict = {}
+        for key, x in sorted(zip(keys, vals), key=_field_order):
+            key = objs[key.index] if isinstance(key, _Ref) else key
             try:
                 hash(key)
             except TypeError:
                 key = TableKey(key)
-            out[key] = value
+            out[key] = objs[x.index] if isinstance(x, _Ref) else x
         return out
 
-    def tensor(self, sizes: Any, init: Any, fan: Any, data: Any) -> np.ndarray:
-        shape = tuple(int(s) for s in _listed(sizes)) if sizes is not None else (0,)
+    def tensor(self, sizes: list | None, init: Any, fan: Any, data: list | None) -> np.ndarray:
+        sizes = [0] if sizes is None else sizes
+        if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**40 for s in map(_plain, sizes)):
+            raise self.fail(f"a tensor has the bad size {[_plain(s) for s in sizes][:8]}")
+        shape = tuple(int(s) for s in sizes)
         count = math.prod(shape)
         self.elements += count
-        if self.elements > MAX_ELEMENTS:
-            raise self.fail(f"the model's tensors hold more than {MAX_ELEMENTS} elements")
-        rng, init = self.rng, _text(init) if init is not None else "zeros"
+        reason = over_budget(4 * self.elements, "the model's tensors")
+        if reason:
+            raise self.fail(reason)
+        rng, init = self.rng, _text(init) if init else "zeros"
+        fan = fan if isinstance(fan, (int, float)) and not isinstance(fan, bool) else None
         if init == "he":
             weight = rng.standard_normal(shape, dtype=np.float32)
             weight *= np.float32(math.sqrt(2.0 / fan) if fan and fan > 0 else 0.0)
@@ -377,14 +435,10 @@ class _Converter:
             return rng.uniform(*uniform[init], size=shape).astype(np.float32)
         if init == "normal":
             return rng.standard_normal(shape, dtype=np.float32)
-        if init == "data":
-            values = [float(x) if isinstance(x, (int, float)) else 0.0 for x in _listed(data)]
-            if len(values) == count:
-                return np.array(values, np.float32).reshape(shape)
+        if init == "data" and data is not None and len(data) == count:
+            values = [float(x) if isinstance(x, (int, float)) else 0.0 for x in data]
+            return np.array(values, np.float32).reshape(shape)
         return np.full(shape, 1.0 if init == "ones" else 0.0, np.float32)
-
-
-_SKIP = object()
 
 
 def _field_order(item: tuple) -> tuple:
@@ -392,8 +446,3 @@ def _field_order(item: tuple) -> tuple:
     number = isinstance(key, (int, float)) and not isinstance(key, bool)
     text = str(key) if isinstance(key, (str, bool)) else ""
     return key != "weight", key != "bias", not number, key if number else 0, text
-
-
-def _listed(t: Any) -> list:
-    """The array part of a Lua table, in order."""
-    return [x for _, x in sorted(((k, x) for k, x in t.items() if isinstance(k, int)), key=lambda kx: kx[0])]

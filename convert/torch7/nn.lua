@@ -8,7 +8,7 @@
 -- Loaded once per sandbox with the full standard library; returns {nn, cudnn, torch, describe}.
 
 local setmetatable, getmetatable, rawget, rawset = setmetatable, debug.getmetatable, rawget, rawset
-local type, select, ipairs, next, tostring, error = type, select, ipairs, next, tostring, error
+local type, select, ipairs, next, tostring, error, rawlen = type, select, ipairs, next, tostring, error, rawlen
 local format, floor, tointeger = string.format, math.floor, math.tointeger
 local insert, remove = table.insert, table.remove
 
@@ -29,7 +29,7 @@ local function define(name, parent, kind)
    local cls = {__tostring = parent and parent.__tostring}  -- metamethods are not inherited
    cls.__index = cls
    setmetatable(cls, {__index = parent, __call = new})
-   kinds[cls] = {name = name, kind = kind or (parent and kinds[parent].kind) or "module"}
+   kinds[cls] = {name = name, kind = kind or (parent and kinds[parent].kind) or "module", parent = parent}
    return cls
 end
 
@@ -576,18 +576,79 @@ end
 
 -- ---------------------------------------------------------------- for the host
 
--- (kind, identity, ...) of a value: "module", id, class, version | "tensor", id, sizes, init, fan,
--- data | "storage", id | "table", id | the Lua type. Reads raw fields only.
-local function describe(v)
-   if type(v) ~= "table" then return type(v) end
-   local id = format("%p", v)
-   local info = kinds[getmetatable(v)]
-   if not info then return "table", id end
-   if info.kind == "tensor" then
-      return "tensor", id, rawget(v, "_size"), rawget(v, "_init"), rawget(v, "_fan"), rawget(v, "_data")
-   end
-   if info.kind == "storage" then return "storage", id end
-   return "module", id, info.name, getmetatable(v).__version
+-- The returned model as plain data, read with raw access only: no metamethod the script set (on the
+-- model, its classes, its tensors) runs, and the host never touches the script's own tables. It runs
+-- inside the sandbox under its limits. Returns nil when root is not an nn module, else a list of nodes,
+-- the root first; node i is {"module", class, version, keys, values} | {"table", false, false, keys,
+-- values} | {"tensor", sizes, init, fan, data | false} | {"storage", values}. Keys and values are
+-- numbers, strings, booleans or {j} (node j); functions and userdata are left out.
+local function plain(x)
+   local tx = type(x)
+   if tx == "number" or tx == "string" or tx == "boolean" then return x end
+   return false
 end
 
-return {nn = nn, cudnn = cudnn, torch = torch, describe = describe}
+local function version(cls)  -- __version as the class chain gives it, without __index
+   while cls do
+      local v = rawget(cls, "__version")
+      if v ~= nil then return plain(v) end
+      cls = kinds[cls] and kinds[cls].parent
+   end
+   return false
+end
+
+local function export(root, max_values)
+   if not is_module(root) then return nil end
+   local ids, todo, nodes, count = {[root] = 1}, {root}, {}, 0
+   local function counted(n)
+      count = count + n
+      if count > max_values then fail("the model holds more than %d Lua values", max_values) end
+   end
+   local function ref(v)
+      if type(v) == "table" then
+         if not ids[v] then todo[#todo + 1] = v; ids[v] = #todo end
+         return {ids[v]}
+      end
+      local tv = type(v)
+      if tv == "number" or tv == "string" or tv == "boolean" then return v end
+      return nil
+   end
+   local function list(t)  -- the array part, values only
+      local out = {}
+      if type(t) ~= "table" then return out end
+      counted(rawlen(t))
+      for i = 1, rawlen(t) do out[i] = plain(rawget(t, i)) end
+      return out
+   end
+   local function entries(t)
+      local keys, vals, n = {}, {}, 0
+      for k, x in next, t do
+         local rk, rx = ref(k), ref(x)
+         if rk ~= nil and rx ~= nil then n = n + 1; keys[n] = rk; vals[n] = rx end
+      end
+      counted(n)
+      return keys, vals
+   end
+   local i = 1
+   while todo[i] do
+      local v = todo[i]
+      local info = kinds[getmetatable(v)]
+      local kind = info and info.kind
+      counted(1)
+      if kind == "tensor" then
+         local size, data = rawget(v, "_size"), rawget(v, "_data")
+         nodes[i] = {"tensor", type(size) == "table" and list(size), plain(rawget(v, "_init")),
+                     plain(rawget(v, "_fan")), type(data) == "table" and list(data)}
+      elseif kind == "storage" then
+         nodes[i] = {"storage", list(v)}
+      else
+         local keys, vals = entries(v)
+         nodes[i] = {kind and "module" or "table", kind and info.name or false, kind and version(getmetatable(v)),
+                     keys, vals}
+      end
+      i = i + 1
+   end
+   return nodes
+end
+
+return {nn = nn, cudnn = cudnn, torch = torch, export = export}
