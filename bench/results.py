@@ -20,6 +20,7 @@ Schema (version 1) — a row:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -151,7 +152,11 @@ def locked(folder: Path) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:  # a file system without locks (some network ones): saves still merge
+            if e.errno not in (errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -226,6 +231,6 @@ class Recorder:
             yield
         except OSError as e:
             n = len(getattr(self, "doc", {}).get("rows", []))
-            kept = f"{n} row(s) saved before are kept in {self.path}" if n else "no rows were saved"
-            raise ResultsError(f"{self.path}: cannot save {what}: {e.strerror or e}; {kept} "
-                               f"(continue with --resume --out {self.path})") from None
+            kept = (f"{n} row(s) saved before are kept in {self.path} (continue with --resume --out {self.path})"
+                    if n else "no rows were saved")
+            raise ResultsError(f"{self.path}: cannot save {what}: {e.strerror or e}; {kept}") from None

@@ -4,7 +4,7 @@ convert.json (inputs, outputs, verification, status) and ir.json (the graph, for
 Everything is written into a temporary sibling directory, verified there, then renamed into place,
 so a failed run leaves nothing half-written. Nothing else is ever lost: a destination name that
 could point elsewhere ('.', '..', '/', a leading '.' or '-') is refused, only a folder zoo wrote
-(convert.json with zoo_version) or an empty one is replaced, and the temporaries a killed run left
+(convert.json with zoo_version) is replaced, and the temporaries a killed run left
 (``.NAME.zoo-tmp-HOST-PID-*``) are removed by the next run once their process is gone.
 """
 
@@ -128,12 +128,10 @@ def destination(out: Path, name: str) -> Path:
 
 
 def is_model_dir(d: Path) -> bool:
-    """A folder zoo wrote (convert.json with zoo_version), or an empty one: replacing it loses nothing else."""
+    """A folder zoo wrote (convert.json with zoo_version): the only kind zoo ever replaces."""
     if d.is_symlink() or not d.is_dir():
         return False
     try:
-        if not any(d.iterdir()):
-            return True
         info = json.loads((d / "convert.json").read_text())
     except (OSError, ValueError):
         return False

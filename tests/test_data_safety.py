@@ -81,7 +81,7 @@ def test_an_existing_folder_zoo_did_not_write_is_refused(tmp_path: Path) -> None
     assert sorted(p.name for p in out.iterdir()) == ["small"]  # no temporary left either
 
 
-def test_an_existing_file_or_link_is_refused_an_empty_folder_or_zoo_folder_replaced(tmp_path: Path) -> None:
+def test_an_existing_file_link_or_empty_folder_is_refused_a_zoo_folder_replaced(tmp_path: Path) -> None:
     src = tmp_path / "small.prototxt"
     src.write_text(NET)
     out = tmp_path / "out"
@@ -95,7 +95,10 @@ def test_an_existing_file_or_link_is_refused_an_empty_folder_or_zoo_folder_repla
     with pytest.raises(ConvertError, match="is not a zoo model folder"):
         convert(src, out=out, check=False)
     (out / "small").unlink()
-    (out / "small").mkdir()  # empty: nothing to lose
+    (out / "small").mkdir()  # perhaps a mount point: not zoo's
+    with pytest.raises(ConvertError, match="is not a zoo model folder"):
+        convert(src, out=out, check=False)
+    (out / "small").rmdir()
     first = convert(src, out=out, check=False)
     assert (first.dir / "convert.json").is_file()
     assert convert(src, out=out, check=False).dir == out / "small"  # zoo's own folder: replaced
