@@ -413,6 +413,78 @@ def test_print_is_captured(tmp_path, caplog):
     assert "hello\t42\tnil" in caplog.text
 
 
+# ---------------------------------------------------------------- traps left behind in the returned model
+
+LOOP = "function() while true do end end"
+ALL = ", ".join(f"__{k} = {LOOP}" for k in ("index", "newindex", "len", "pairs", "eq", "lt", "le", "tostring",
+                                             "call", "concat", "unm", "add"))
+BUILD = """local conv = nn.SpatialConvolution(3, 4, 3, 3)
+local m = nn.Sequential():add(conv):add(nn.ReLU())
+m.extra = {1, 2, {3}}
+"""
+TRAPS = {
+    "class metatable": f"setmetatable(getmetatable(m), {{__index = {LOOP}}})",
+    "class __index": f"getmetatable(m).__index = {LOOP}",
+    "base class": f"setmetatable(nn.Module, {{{ALL}}}); setmetatable(nn.Container, {{{ALL}}})",
+    "module class": f"getmetatable(conv).__index = {LOOP}; setmetatable(getmetatable(conv), {{{ALL}}})",
+    "modules table": f"setmetatable(m.modules, {{{ALL}}})",
+    "plain field": f"setmetatable(m.extra, {{{ALL}}}); setmetatable(m.extra[3], {{{ALL}}})",
+    "tensor class": f"setmetatable(getmetatable(conv.weight), {{{ALL}}})",
+    "tensor sizes": f"setmetatable(conv.weight._size, {{{ALL}}})",
+    "opt": f"setmetatable(opt, {{{ALL}}})",
+    "field as key": f"m[setmetatable({{}}, {{{ALL}}})] = setmetatable({{}}, {{{ALL}}})",
+    "nn library": f"setmetatable(nn, {{{ALL}}}); setmetatable(torch, {{{ALL}}})",
+}
+
+
+@pytest.mark.parametrize("trap", sorted(TRAPS))
+def test_traps_after_return_never_run(tmp_path, trap):
+    # The host reads the model with raw access only, under the script's limits: a trap set on its way out
+    # does not run, so the model converts as it was built.
+    start = time.monotonic()
+    tree = run(tmp_path, BUILD + TRAPS[trap] + "\nreturn m", max_instructions=10**6, max_seconds=2)
+    assert time.monotonic() - start < 5
+    conv, relu = children(tree)
+    assert (conv.cls, relu.cls) == ("nn.SpatialConvolution", "nn.ReLU")
+    assert conv.fields["weight"].shape == (4, 3, 3, 3)
+
+
+@pytest.mark.parametrize("trap", sorted(TRAPS))
+def test_traps_hit_while_running_stop_at_the_limit(tmp_path, trap):
+    # The script touching its own traps: whatever they do, it ends within the limits, in one line.
+    text = BUILD + TRAPS[trap] + "\nlocal _ = #m.modules + #m.extra[3] + #opt + m.modules[1].weight:size(1)" \
+        "\nfor _ in pairs(m) do end\nlocal s = tostring(m) .. tostring(conv.weight) .. tostring(opt.x)" \
+        "\nlocal _ = m == conv, m.nothing, conv.weight.nothing, m.extra[3].nothing, opt.nothing" \
+        "\nreturn m:add(nn.Tanh())"
+    start = time.monotonic()
+    try:
+        run(tmp_path, text, max_instructions=10**6, max_seconds=2)
+    except LuaError as err:
+        assert "\n" not in str(err) and str(err).startswith(str(tmp_path / "model.lua"))
+    assert time.monotonic() - start < 5
+
+
+def test_returned_model_replaced_by_a_trap(tmp_path):
+    fails(tmp_path, BUILD + f"return setmetatable({{}}, {{{ALL}}})", "returned no nn module",
+          max_instructions=10**6, max_seconds=2)
+    fails(tmp_path, BUILD + f"return setmetatable(m, {{{ALL}}})", "returned no nn module",
+          max_instructions=10**6, max_seconds=2)
+
+
+def test_cycles_and_deep_tables_from_lua(tmp_path):
+    tree = run(tmp_path, "local m = nn.Sequential()\nm:add(m)\nm.me = m\nreturn m")
+    assert tree.fields["modules"][1] is tree and tree.fields["me"] is tree
+    text = "local t = {}\nfor i = 1, 5000 do t = {t} end\nlocal m = nn.Sequential()\nm.deep = t\nreturn m"
+    fails(tmp_path, text, "nested deeper than")
+    text = "local m = nn.ReLU()\nfor i = 1, 5000 do m = nn.Sequential():add(m) end\nreturn m"
+    fails(tmp_path, text, "nested deeper than")
+
+
+def test_huge_tensor_refused_before_allocation(tmp_path):
+    fails(tmp_path, "local m = nn.Sequential()\nm.w = torch.Tensor(2^31, 2^31)\nreturn m", "memory budget")
+    fails(tmp_path, "local m = nn.Linear(2^40, 2^40)\nreturn m", "memory budget|bad size")
+
+
 # ---------------------------------------------------------------- against real Torch7 files
 
 # Fields Torch7 allocates for forward/backward (or fills during it) that a definition does not record.
