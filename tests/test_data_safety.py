@@ -354,3 +354,24 @@ def test_a_results_file_keeps_its_mode(tmp_path: Path) -> None:
     rec.add(_row(0))
     assert path.stat().st_mode & 0o777 == 0o600
     assert json.loads(path.read_text())["rows"][0]["batch"] == 1
+
+
+def test_stale_isolation_folders_are_removed(tmp_path: Path) -> None:
+    dead, host = _dead_pid(), isolate.HOST
+    for n in (f"zoo-iso-{host}-{dead}-k2j4", f"zoo-iso-{host}-{os.getpid()}-k2j4", "zoo-iso-abc", "pytest-of-root"):
+        (tmp_path / n).mkdir()
+    assert isolate.clean_stale(tmp_path) == [tmp_path / f"zoo-iso-{host}-{dead}-k2j4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"zoo-iso-{host}-{os.getpid()}-k2j4", "zoo-iso-abc", "pytest-of-root"])
+
+
+def test_the_default_results_path_is_always_a_new_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from zoo import benchmark
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(benchmark.time, "strftime", lambda fmt: "20260101-000000")
+    env = {"cpu": "Test CPU", "cores_physical": 2}
+    first = benchmark.default_results_path(env)
+    Recorder(first, env)
+    second = benchmark.default_results_path(env)
+    assert second != first and second.name == "20260101-000000-2.json" and not second.exists()

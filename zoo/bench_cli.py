@@ -149,7 +149,7 @@ def _peaks(err: Console, recorder: results.Recorder, device: str, precisions: li
         if p not in have:
             err.print(f"measuring the {device} GEMM peak ({p})", highlight=False)
             have[p] = sweep.gemm_peak(device, p, threads, isolate)
-    recorder.set_env("gemm_peak", {device: have})
+    recorder.set_env("gemm_peak", {**recorder.doc["env"].get("gemm_peak", {}), device: have})  # other devices kept
     return {p: v.get("tflops") for p, v in have.items()}
 
 
