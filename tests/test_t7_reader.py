@@ -300,6 +300,45 @@ def test_bad_tensors() -> None:
         roundtrip(Tensor("torch.FloatTensor", st, [2, 3], [3, 1]))
 
 
+@pytest.mark.parametrize("sizes, strides", [([-1, 3], [3, 1]), ([2**63 - 1, 0], [1, 1]), ([0, 2**62], [1, 1])])
+def test_bad_tensor_sizes(sizes, strides) -> None:
+    st = Storage("torch.FloatStorage", np.zeros(4, np.float32))
+    with pytest.raises(T7Error, match="bad tensor sizes"):
+        roundtrip(Tensor("torch.FloatTensor", st, sizes, strides))
+
+
+def test_stride_zero_expansion_bounded() -> None:
+    # A few hundred bytes must not grow into gigabytes: stride 0 repeats one value over 2^30 elements.
+    st = Storage("torch.FloatStorage", np.ones(1, np.float32))
+    data = dump({"w": Tensor("torch.FloatTensor", st, [2**15, 2**15], [0, 0])})
+    assert len(data) < 1000
+    with pytest.raises(T7Error, match="repeat values"):
+        loads(data)
+    with pytest.raises(T7Error, match="repeat values"):  # 2^62 elements never reach numpy
+        roundtrip(Tensor("torch.FloatTensor", st, [2**31, 2**31], [0, 0]))
+    small = roundtrip(Tensor("torch.FloatTensor", st, [4, 5], [0, 0]))  # a small expansion is fine
+    assert small.shape == (4, 5) and small.sum() == 20
+
+
+def test_copies_checked_against_the_budget(monkeypatch) -> None:
+    w = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    transposed = Tensor("torch.FloatTensor", Storage("torch.FloatStorage", w.ravel()), [64, 64], [1, 64])
+    assert roundtrip(transposed).shape == (64, 64)
+    monkeypatch.setenv("ZOO_MEMORY_BUDGET", "1000")
+    with pytest.raises(T7Error, match="over the memory budget"):
+        roundtrip(transposed)
+
+
+def test_deep_nesting_is_an_error_not_a_recursion_error() -> None:
+    data = b"".join(struct.pack("<iii", 3, i + 1, 1) + struct.pack("<id", 1, 1.0) for i in range(100_000))
+    with pytest.raises(T7Error, match="nested deeper than 200 levels at byte"):
+        loads(data + struct.pack("<i", 0))
+    nested: dict = {}
+    for _ in range(150):  # deep but within the limit
+        nested = {1: nested}
+    assert roundtrip(nested)[1][1][1] is not None
+
+
 # ---------------------------------------------------------------- file flavours
 
 
