@@ -132,7 +132,8 @@ def load(source: Path, weights: Path | None = None, shapes: dict[str, Shape] | N
         if weights is not None:
             raise ConvertError(f"{source}: --weights applies to Caffe models only")
         loaded = t7.load(source, shapes, seed, args or {})
-    check_graph_memory(loaded.graph, source)  # verification runs the graph in float64: refuse it now
+    if seed is not None:  # verification runs the graph in float64: refuse it now, before any work
+        check_graph_memory(loaded.graph, source)  # (seed None: shapes only, for info and planning)
     return loaded
 
 
