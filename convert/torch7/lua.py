@@ -21,9 +21,12 @@ Sandbox: the script sees a fresh environment holding only the libraries above an
 of Lua's (no io, os, package, debug, coroutine, load/loadstring/dofile/loadfile, collectgarbage,
 string.dump, ``__gc`` metamethods); it is loaded as text only (bytecode refused); a count hook,
 installed by the host before the script starts, stops it after ``max_instructions`` or
-``max_seconds`` (and ``pcall``/``xpcall`` cannot swallow that); the C functions the hook cannot
-interrupt and whose time is not bounded by memory (pattern matching, table.move) refuse costly
-inputs; lupa's allocator caps its memory; no Python object is reachable from the script (no
+``max_seconds`` (and ``pcall``/``xpcall`` cannot swallow that), and it still runs while ``nn.lua``'s
+``export`` copies the returned model into plain tables with raw access only (rawget/rawlen/next), so a
+metamethod the script leaves on the model, its classes, tensors or ``opt`` never runs outside the limits:
+the host reads only those plain tables, iteratively, whatever their nesting or cycles; the C
+functions the hook cannot interrupt and whose time is not bounded by memory (pattern matching,
+table.move) refuse costly inputs; lupa's allocator caps its memory; no Python object is reachable from the script (no
 ``python`` global, no eval, attribute access refused).
 """
 
