@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,7 +143,10 @@ def convert(source: Path, weights: Path | None = None, out: Path = Path("outputs
             name: str | None = None, args: dict[str, str] | None = None) -> artifacts.Converted:
     """Convert ``source`` into ``out/<name or stem>/`` and verify it."""
     loaded = load(Path(source), weights, shapes, seed, args)
-    dest = Path(out) / (name or Path(source).stem)
+    try:
+        dest = artifacts.destination(Path(out), name or Path(source).stem)
+    except ConvertError as e:
+        raise ConvertError(f"{source}: {e}") from None
     return artifacts.write(loaded.graph, dest, loaded.extra, loaded.opencv, loaded.known_opencv,
                            check=check)
 
@@ -163,7 +167,9 @@ def reverify(art: Path) -> artifacts.Converted:
     runner, known = _original_runner(g, art)
     report = verify(g, art, runner, known)
     info.update(status=report["status"], verification=report)
-    info_path.write_text(artifacts.dump_json(info))
+    tmp = info_path.with_name(f".convert.json.{os.getpid()}.tmp")  # a crash or full disk loses nothing
+    tmp.write_text(artifacts.dump_json(info))
+    os.replace(tmp, info_path)
     return artifacts.Converted(art, info)
 
 
