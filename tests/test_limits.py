@@ -87,7 +87,8 @@ def refuse_in_time(path: Path, bound: float = 10.0) -> str:
     return one_line(err, path)
 
 
-@pytest.mark.parametrize("content", [b"\xff", b"\x80", os.urandom(64)], ids=["0xff", "0x80", "random"])
+@pytest.mark.parametrize("content", [b"\xff", b"\x80", os.urandom(64), b"\xa2\x06\x00"],
+                         ids=["0xff", "0x80", "random", "empty-layers"])
 def test_garbage_caffemodel_refused_quickly(tmp_path, content):
     path = tmp_path / "bad.caffemodel"
     path.write_bytes(content * (10 * 2**20 // len(content)))  # 10 MB

@@ -27,6 +27,7 @@ PACKED = {"float": "<f4", "double": "<f8"}
 
 
 MAX_VARINT = 10  # bytes of a 64-bit varint
+MAX_MESSAGES = 200_000  # a real caffemodel has a few per layer, and at most thousands of layers
 
 
 class Truncated(Exception):
@@ -73,8 +74,12 @@ def _signed(v: int, typ: str) -> int:
     return v - (1 << 64) if typ in ("int32", "int64") and v >= 1 << 63 else v
 
 
-def decode(buf: Any, start: int, end: int, type_name: str) -> Msg:
-    """Decode one message from ``buf[start:end]``."""
+def decode(buf: Any, start: int, end: int, type_name: str, count: list[int] | None = None) -> Msg:
+    """Decode one message from ``buf[start:end]``; ``count`` counts the messages decoded so far."""
+    count = [0] if count is None else count
+    count[0] += 1
+    if count[0] > MAX_MESSAGES:  # thousands of empty layers cost far more memory than their bytes
+        raise Truncated(start, f"more than {MAX_MESSAGES} messages (layers, blobs...)")
     mt, msg, pos = SCHEMA.messages[type_name], Msg(type_name), start
     while pos < end:
         key, pos = _varint(buf, pos, end)
@@ -84,7 +89,7 @@ def decode(buf: Any, start: int, end: int, type_name: str) -> Msg:
         if f is None:
             continue
         try:
-            value = _value(buf, f, wt, raw)
+            value = _value(buf, f, wt, raw, count)
         except _WrongWire:
             _warn_once(number, type_name)
             continue
@@ -113,11 +118,11 @@ def _warn_once(number: int, type_name: str) -> None:
                     number, type_name)
 
 
-def _value(buf: Any, f: Any, wt: int, raw: Any) -> Any:
+def _value(buf: Any, f: Any, wt: int, raw: Any, count: list[int]) -> Any:
     if f.is_message:
         if wt != 2:
             raise _WrongWire
-        return decode(buf, raw[0], raw[1], f.type)
+        return decode(buf, raw[0], raw[1], f.type, count)
     typ = "int32" if f.is_enum else f.type
     if wt == 2 and typ in PACKED:  # packed floats: a view of the mapped file
         a, b = raw
