@@ -41,7 +41,7 @@ def known_deviations(g: Graph) -> list[str]:
 def original(g: Graph, art: Path) -> Path | None:
     """The .t7 OpenCV should read: the source itself, or random.t7 for a Lua definition."""
     source = Path(g.meta.get("source") or "")
-    path = art / "random.t7" if source.suffix.lower() == ".lua" else source
+    path = source if g.meta.get("weights") else art / "random.t7"  # a definition has no weights file
     return path if path.is_file() else None
 
 
