@@ -87,6 +87,22 @@ layer { name: "r" type: "ReLU" bottom: "p" top: "p" engine: CAFFE mystery_field:
     assert "INTEL" in messages
 
 
+def test_warnings_wait_for_a_successful_parse(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    relus = "".join(f'layer {{ name: "r{i}" type: "ReLU" bottom: "c" top: "c" }}\n' for i in range(20))
+    p = write(tmp_path, f'input: "data"\nlayer {{ name: "c" type: "Convolution" {CONV}\n{relus}')  # '}' deleted
+    with caplog.at_level(logging.INFO), pytest.raises(BadModel, match="missing before 'layer' at line 3"):
+        load(p)
+    assert not caplog.records
+
+
+def test_weights_inside_the_prototxt_are_named_and_left_out(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    p = write(tmp_path, f'''input: "data" input_dim: 1 input_dim: 3 input_dim: 8 input_dim: 8
+layer {{ name: "c" type: "Convolution" bottom: "data" top: "c" {CONV} blobs {{ data: 1 }} }}''')
+    with caplog.at_level(logging.WARNING):
+        assert load(p).graph.shapes["c"] == (1, 4, 6, 6)
+    assert "inside the prototxt (layer 'c')" in caplog.text
+
+
 def test_v2_param_block_inside_a_v1_layer(tmp_path: Path) -> None:
     p = write(tmp_path, f'''input: "data" input_dim: 1 input_dim: 3 input_dim: 8 input_dim: 8
 layers {{ name: "c" type: CONVOLUTION bottom: "data" top: "c" param {{ lr_mult: 0 }} {CONV} }}''')

@@ -311,6 +311,10 @@ def _check_net(layers: list[Layer], inputs: list[str], path: str) -> None:
                 raise BadModel(path, L.where(), f"top {t!r} is already produced by an earlier layer, an "
                                                 "input or this layer (only in-place reuse is allowed)")
             available.add(t)
+    inline = [L.name for L in layers if L.p.blobs]
+    if inline:  # Caffe would start from them; a caffemodel replaces them there as here
+        log.warning("%s: weights written inside the prototxt (layer %s) are not read; they come from the "
+                    "caffemodel or are random", path, ", ".join(repr(n) for n in inline[:3]))
 
 
 def _param_error(msg: Any, prefix: str = "") -> str | None:
