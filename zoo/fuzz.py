@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 FATAL = ("traceback", "crash", "hang", "memory", "code-exec", "escape", "leftover")
 MEMORY = 4 * 2**30  # RSS of a child and its children before it is killed
+NOTABLE = ("mismatch", "unclean-output")  # recorded with a reproducer, not failures: worth a look
 TB_CODE = 70  # the child's exit code when an exception other than SystemExit escaped
 
 EXTREMES = ["0", "-1", "2147483648", "4294967296", "9223372036854775808", "18446744073709551616", "-2147483649",
@@ -618,7 +619,7 @@ def run(seconds: float, seed: int = 0, max_inputs: int | None = None, dest: Path
             inputs[case.gen] += 1
             for cls, argv, secs in run_case(case, root):
                 outcomes.setdefault(case.gen, Counter())[cls] += 1
-                if cls in FATAL or cls == "unclean-output":
+                if cls in FATAL or cls in NOTABLE:
                     key, size = finding_key(cls, case.gen, root / "logs"), sum(map(len, case.files.values()))
                     f = findings.setdefault(key, {"class": cls, "count": 0, "size": None})
                     f["count"] += 1
