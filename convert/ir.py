@@ -47,6 +47,10 @@ class Op:
     def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
         raise NotImplementedError
 
+    def weight_problem(self, w: dict[str, Shape]) -> str | None:
+        """Why these weight shapes cannot belong to this op (checked before ``infer``)."""
+        return None
+
     def reference(self, xs: list[np.ndarray], w: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
 
@@ -132,6 +136,9 @@ class Graph:
             if not o or o in defined:  # a blob never merges with another
                 raise ShapeError(f"value name {o!r} is empty or already taken")
         w = {r: self.weights[n].shape for r, n in node.weight_names().items()}
+        problem = op.weight_problem(w)
+        if problem:
+            raise ShapeError(problem)
         outs = op.infer([self.shapes[i] for i in node.inputs], w)
         if len(outs) != len(node.outputs):
             raise ShapeError(f"{op.kind} gives {len(outs)} outputs, layer names {len(node.outputs)}")

@@ -51,6 +51,17 @@ class Conv(Op):
     group: int = 1
     bias: bool = True
 
+    def weight_problem(self, w: dict[str, Shape]) -> str | None:
+        ws = w["weight"]
+        out = ws[0] if self.kind == "conv" else ws[1] * self.group if len(ws) == 4 else 0
+        if len(ws) != 4 or tuple(ws[2:]) != tuple(self.kernel):
+            return f"weight of shape {list(ws)} for a {self.kernel[0]}x{self.kernel[1]} kernel"
+        if self.kind == "conv" and ws[0] % self.group:
+            return f"{ws[0]} filters do not split into {self.group} groups"
+        if "bias" in w and tuple(w["bias"]) != (out,):
+            return f"bias of shape {list(w['bias'])} for {out} outputs"
+        return None
+
     def roles(self) -> tuple[str, ...]:
         return ("weight", "bias") if self.bias else ("weight",)
 
@@ -120,6 +131,17 @@ class Deconv(Op):
     group: int = 1
     bias: bool = True
     output_pad: tuple[int, int] = (0, 0)
+
+    def weight_problem(self, w: dict[str, Shape]) -> str | None:
+        ws = w["weight"]
+        out = ws[0] if self.kind == "conv" else ws[1] * self.group if len(ws) == 4 else 0
+        if len(ws) != 4 or tuple(ws[2:]) != tuple(self.kernel):
+            return f"weight of shape {list(ws)} for a {self.kernel[0]}x{self.kernel[1]} kernel"
+        if self.kind == "conv" and ws[0] % self.group:
+            return f"{ws[0]} filters do not split into {self.group} groups"
+        if "bias" in w and tuple(w["bias"]) != (out,):
+            return f"bias of shape {list(w['bias'])} for {out} outputs"
+        return None
 
     def roles(self) -> tuple[str, ...]:
         return ("weight", "bias") if self.bias else ("weight",)

@@ -25,6 +25,14 @@ class Linear(Op):
     def macs(self, shapes: list[Shape], outs: list[Shape], w: dict[str, Shape]) -> int:
         return int(np.prod(outs[0])) * int(w["weight"][1])
 
+    def weight_problem(self, w: dict[str, Shape]) -> str | None:
+        ws = w["weight"]
+        if len(ws) != 2:
+            return f"weight of shape {list(ws)} (outputs x inputs expected)"
+        if "bias" in w and tuple(w["bias"]) != (ws[0],):
+            return f"bias of shape {list(w['bias'])} for {ws[0]} outputs"
+        return None
+
     def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
         s, (m, k) = shapes[0], w["weight"]
         if len(s) < 2 or s[-1] != k:

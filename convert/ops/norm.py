@@ -110,6 +110,11 @@ class BatchNorm(Op):
     def roles(self) -> tuple[str, ...]:
         return ("mean", "var")
 
+    def weight_problem(self, w: dict[str, Shape]) -> str | None:
+        if len(w["mean"]) != 1 or tuple(w["var"]) != tuple(w["mean"]):
+            return f"statistics of shapes {list(w['mean'])} and {list(w['var'])} (one value per channel expected)"
+        return None
+
     def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
         if len(shapes[0]) < 2 or shapes[0][1] != w["mean"][0]:
             raise ShapeError(f"{w['mean'][0]} channels of statistics for input {list(shapes[0])}")
@@ -178,6 +183,10 @@ class Affine(Op):
 
     def roles(self) -> tuple[str, ...]:
         return (("weight",) if self.scale else ()) + (("bias",) if self.bias else ())
+
+    def weight_problem(self, w: dict[str, Shape]) -> str | None:
+        shapes = {tuple(s) for s in w.values()}
+        return f"scale and bias of different shapes {[list(s) for s in w.values()]}" if len(shapes) > 1 else None
 
     def view(self, rank: int, shape: Shape) -> tuple[int, ...]:
         return (1,) * self.axis + tuple(shape) + (1,) * (rank - self.axis - len(shape))
