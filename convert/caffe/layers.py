@@ -163,6 +163,8 @@ def pooling(b: Builder, L: Layer) -> None:
         k, s, p = _hw(b, pp, "kernel", None), _hw(b, pp, "stride", 1), _hw(b, pp, "pad", 0)
         if min(k) <= 0 or min(s) <= 0:
             raise b.fail(f"kernel {list(k)} and stride {list(s)} must be positive")
+        if k[0] > 2 * h + 1 or k[1] > 2 * w + 1:  # beyond that a window only adds padding
+            raise b.fail(f"kernel {list(k)} is more than twice the {h}x{w} input: not supported")
     ceil = pp.round_mode == "CEIL"
     drop = any(p)  # Caffe drops a window starting in the padding only when the layer pads
     out = tuple(pooled_size(n, kk, ss, pa, ceil, drop) for n, kk, ss, pa in zip((h, w), k, s, p))
@@ -175,6 +177,11 @@ def lrn(b: Builder, L: Layer) -> None:
     if lp.local_size % 2 == 0:
         raise b.fail(f"local_size must be odd (Caffe), got {lp.local_size}")
     region = "across" if lp.norm_region == "ACROSS_CHANNELS" else "within"
+    _need_4d(b)
+    extent = b.shape()[1] if region == "across" else max(b.shape()[2:])
+    if lp.local_size > max(2 * extent + 1, 15):  # beyond 2 * extent + 1 a window only adds padding
+        raise b.fail(f"local_size {lp.local_size} is more than twice the input's {extent} "
+                     f"{'channels' if region == 'across' else 'pixels'}: not supported")
     b.node(LRN(lp.local_size, lp.alpha, lp.beta, lp.k, region))
 
 
@@ -316,7 +323,10 @@ def clip(b: Builder, L: Layer) -> None:
 
 @layer("Dropout")
 def dropout(b: Builder, L: Layer) -> None:
-    b.node(Dropout(L.p.dropout_param.dropout_ratio))  # Caffe scales at training: identity here
+    ratio = L.p.dropout_param.dropout_ratio
+    if not 0 <= ratio <= 1:
+        raise b.fail(f"dropout_ratio must be between 0 and 1, got {ratio}")
+    b.node(Dropout(ratio))  # Caffe scales at training: identity here
 
 
 # --- structure -------------------------------------------------------------------------------
