@@ -301,11 +301,11 @@ class Generators:
         self.golden = sorted((CORPUS / "caffe-golden").glob("*.caffemodel"))
         self.t7_golden = sorted((CORPUS / "torch7-golden").glob("*_net.*"))
 
-    def commands(self, model: str, extra: list[str], verify_ok: bool = True) -> list[list[str]]:
+    def commands(self, model: str, extra: list[str]) -> list[list[str]]:
         r, src = self.rng.random(), f"{{in}}/{model}"
         if r < 0.3:
             return [["info", src, *[a for a in extra if a != "--weights" and not a.startswith("{in}/w")]]]
-        if r < 0.75 or not verify_ok:
+        if r < 0.75:
             return [["convert", src, "--out", "{out}", "--no-verify", *extra]]
         cmds = [["convert", src, "--out", "{out}", *extra]]
         return cmds + [["verify", "@OUTDIR"]] * (self.rng.random() < 0.4)
@@ -336,7 +336,8 @@ class Generators:
             proto, data = w.with_suffix(".prototxt").read_text(), w.read_bytes()
         else:
             proto, data = self._valid_net(binary, frontend)
-        data = mutate_bytes(data, self.rng) if self.rng.random() < 0.9 else data
+        data = mutate_bytes(data, self.rng) if self.rng.random() < 0.8 else data
+        proto = mutate_text(proto, self.rng, self.hostile) if self.rng.random() < 0.3 else proto
         args = ["--weights", "{in}/w.caffemodel"]
         return Case("caffemodel", {"net.prototxt": proto.encode(), "w.caffemodel": data},
                     self.commands("net.prototxt", args))
@@ -357,8 +358,8 @@ class Generators:
     def t7(self) -> Case:
         name, shape = self.rng.choice(["net.t7"] * 4 + ["net.dat", "net.net", self.stem(".t7")]), None
         if self.t7_golden and self.rng.random() < 0.3:
-            data = self.rng.choice(self.t7_golden).read_bytes()
-            shape = "input=1,3,8,8"
+            net = self.rng.choice(self.t7_golden)
+            data, shape = net.read_bytes(), _golden_shape(net)
         else:
             data, shape = self._valid_t7()
         if self.rng.random() < 0.6:
@@ -376,10 +377,14 @@ class Generators:
             tree = lua.run_definition(p, max_seconds=10)
         if self.rng.random() < 0.5:
             tree = mutate_tree(tree, self.rng, self.hostile)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(30000)  # deep nesting is one of the mutations
         try:
             return t7write.dumps(tree), "input=" + ",".join(map(str, shape))
         except (RecursionError, TypeError, OverflowError, ValueError):
             return t7write.dumps(lua.run_definition(p, max_seconds=10)), "input=" + ",".join(map(str, shape))
+        finally:
+            sys.setrecursionlimit(limit)
 
     def lua(self) -> Case:
         if self.rng.random() < 0.35:
@@ -396,6 +401,17 @@ class Generators:
     def draw(self) -> Case:
         gens = [self.proto_mutate, self.proto_grammar, self.caffemodel, self.t7, self.lua]
         return self.rng.choices(gens, weights=[3, 3, 1.5, 1.5, 1.5])[0]()
+
+
+def _golden_shape(net: Path) -> str:
+    """The input shape of a torch7-golden case, read from its ``_input`` file."""
+    from convert.torch7 import t7file
+
+    try:
+        x = t7file.load(net.with_name(net.name.replace("_net.", "_input.")))
+        return "input=" + ",".join(map(str, x.shape))
+    except Exception:
+        return "input=1,3,8,8"
 
 
 class _alarm:
@@ -425,6 +441,7 @@ def _child(argv: list[str], work: Path, logs: Path) -> None:
             os.dup2(os.open(logs / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
         os.chdir(work)
         os.environ["TMPDIR"] = str(work / "tmp")
+        os.environ["ZOO_MEMORY_BUDGET"] = str(MEMORY // 4)  # zoo refuses past this; the parent kills at MEMORY
         tempfile.tempdir = None
         import torch
 
@@ -604,7 +621,7 @@ def run(seconds: float, seed: int = 0, max_inputs: int | None = None, dest: Path
     scratch.mkdir()
     rng = random.Random(seed)
     gens = Generators(rng, str(root / "CANARY"), scratch)
-    inputs: Counter = Counter()
+    inputs, commands = Counter(), Counter()
     outcomes: dict[str, Counter] = {}
     findings: dict[str, dict[str, Any]] = {}
     t_end, n = time.monotonic() + seconds, 0
@@ -619,6 +636,7 @@ def run(seconds: float, seed: int = 0, max_inputs: int | None = None, dest: Path
             inputs[case.gen] += 1
             for cls, argv, secs in run_case(case, root):
                 outcomes.setdefault(case.gen, Counter())[cls] += 1
+                commands[argv[0] + " --no-verify" * ("--no-verify" in argv)] += 1
                 if cls in FATAL or cls in NOTABLE:
                     key, size = finding_key(cls, case.gen, root / "logs"), sum(map(len, case.files.values()))
                     f = findings.setdefault(key, {"class": cls, "count": 0, "size": None})
@@ -631,5 +649,6 @@ def run(seconds: float, seed: int = 0, max_inputs: int | None = None, dest: Path
         shutil.rmtree(root, ignore_errors=True)
     fatal = sum(f["count"] for f in findings.values() if f["class"] in FATAL)
     return {"seed": seed, "seconds": seconds, "inputs": n, "inputs_per_generator": dict(inputs),
+            "commands": dict(commands),
             "outcomes": {g: dict(c) for g, c in outcomes.items()},
             "totals": dict(sum(outcomes.values(), Counter())), "fatal": fatal, "findings": findings}
