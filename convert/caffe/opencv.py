@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,9 +37,24 @@ def known_deviations(layers: list[Layer]) -> list[str]:
         cp = p.concat_param
         if L.type == "Concat" and cp.has("concat_dim") and not cp.has("axis") and cp.concat_dim != 1:
             notes.append(f"{L.name}: OpenCV ignores the legacy concat_dim")
-        if L.type == "Deconvolution" and any(d != 1 for d in p.convolution_param.dilation):
+        cv = p.convolution_param
+        if L.type == "Deconvolution" and any(d != 1 for d in cv.dilation):
             notes.append(f"{L.name}: OpenCV ignores the dilation of a Deconvolution")
+        if L.type == "Deconvolution" and _crops_past_kernel(cv):
+            notes.append(f"{L.name}: OpenCV misplaces a Deconvolution whose pad exceeds kernel - 1")
     return notes
+
+
+def _crops_past_kernel(cv: Any) -> bool:
+    """A Deconvolution pad beyond kernel - 1 (the output is cropped inside the first window)."""
+    kernel = [cv.kernel_h, cv.kernel_w] if cv.kernel_h else _hw(cv.kernel_size, 1)
+    pads = [cv.pad_h, cv.pad_w] if cv.pad_h or cv.pad_w else _hw(cv.pad, 0)
+    return any(p > k - 1 for p, k in zip(pads, kernel))
+
+
+def _hw(values: Any, default: int) -> list[int]:
+    v = list(values) or [default]
+    return v * 2 if len(v) == 1 else v
 
 
 Feeds = dict[str, np.ndarray]

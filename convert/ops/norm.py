@@ -118,6 +118,8 @@ class BatchNorm(Op):
     def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
         if len(shapes[0]) < 2 or shapes[0][1] != w["mean"][0]:
             raise ShapeError(f"{w['mean'][0]} channels of statistics for input {list(shapes[0])}")
+        if self.batch_stats and np.prod(shapes[0]) == shapes[0][1]:  # PyTorch refuses it too
+            raise ShapeError(f"batch statistics of input {list(shapes[0])} have one value per channel")
         return [shapes[0]]
 
     def reference(self, xs, w):  # type: ignore[no-untyped-def]

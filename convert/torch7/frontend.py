@@ -65,6 +65,8 @@ class Mod:
             v = v.reshape(-1)[0]
         if v is None or isinstance(v, (str, dict, np.ndarray)):
             raise self.fail(f"field {key!r} is missing or not a number")
+        if v != v:  # math.huge (inf) has uses, such as Normalize's p; NaN has none
+            raise self.fail(f"field {key!r} is NaN")
         return float(v)
 
     def int(self, key: str, default: int | None = None) -> int:
@@ -155,7 +157,10 @@ class Builder:
         if self.from_file and a.base is None and a.size > 1:
             # t7file copies tensors whose storage is not laid out contiguously (e.g. w:t() saved)
             self.notes.append(f"{m.where}: {key} is stored non-contiguously, which OpenCV misreads")
-        return np.ascontiguousarray(a, dtype=np.float32)
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if not np.isfinite(a).all():
+            raise m.fail(f"{key} contains NaN or Inf")
+        return a
 
     def note(self, m: Mod, text: str) -> None:
         self.notes.append(f"{m.where}: {text}")
