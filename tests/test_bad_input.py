@@ -125,16 +125,39 @@ def test_bad_prototxt_is_one_line_exit_2(case: str, tmp_path: Path, runner: CliR
     _check(runner, tmp_path, ["convert", str(path)], path, must)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_weights_name_the_layer(bad: float, tmp_path: Path, runner: CliRunner) -> None:
-    path = tmp_path / "net.prototxt"
-    path.write_text(conv("num_output: 4 kernel_size: 3"))
+def _conv_blobs(bad: float) -> list[np.ndarray]:
     w = np.ones((4, 3, 3, 3), np.float32)
     w[1, 2, 0, 1] = bad
+    return [w, np.zeros(4, np.float32)]
+
+
+def _bn_blobs(var: float, factor: float) -> list[np.ndarray]:
+    return [np.zeros(3, np.float32), np.full(3, var, np.float32), np.array([factor], np.float32)]
+
+
+# name -> (the layer, its blobs in the caffemodel, text the error line must contain)
+WEIGHTS: dict[str, tuple[str, list[np.ndarray], str]] = {
+    "NaN weight": (one("Convolution", "convolution_param { num_output: 4 kernel_size: 3 }"), _conv_blobs(np.nan),
+                   "'bad' (Convolution): weights contain NaN or Inf"),
+    "Inf weight": (one("Convolution", "convolution_param { num_output: 4 kernel_size: 3 }"), _conv_blobs(np.inf),
+                   "'bad' (Convolution): weights contain NaN or Inf"),
+    "-Inf bias": (one("Convolution", "convolution_param { num_output: 4 kernel_size: 3 }"),
+                  [np.ones((4, 3, 3, 3), np.float32), np.full(4, -np.inf, np.float32)], "NaN or Inf"),
+    "NaN scale factor": (one("BatchNorm"), _bn_blobs(1, np.nan), "'bad' (BatchNorm): weights contain NaN or Inf"),
+    "negative variance": (one("BatchNorm"), _bn_blobs(-1, 1), "'bad' (BatchNorm)"),
+    "tiny scale factor": (one("BatchNorm"), _bn_blobs(1, 1e-45), "'bad' (BatchNorm)"),
+    "missing blob": (one("PReLU"), [], "'bad' (PReLU): expects 1 blob, 'net.caffemodel' has 0"),
+}
+
+
+@pytest.mark.parametrize("case", WEIGHTS)
+def test_bad_weights_name_the_layer(case: str, tmp_path: Path, runner: CliRunner) -> None:
+    layer, blobs, must = WEIGHTS[case]
+    path = tmp_path / "net.prototxt"
+    path.write_text(IN + layer)
     weights = tmp_path / "net.caffemodel"
-    binary.write(weights, [("bad", "Convolution", [w, np.zeros(4, np.float32)])])
-    _check(runner, tmp_path, ["convert", str(path), "--weights", str(weights)], path,
-           "'bad' (Convolution): weights contain NaN or Inf")
+    binary.write(weights, [("bad", "Layer", blobs)])
+    _check(runner, tmp_path, ["convert", str(path), "--weights", str(weights)], path, must)
 
 
 def test_deleted_brace_gives_no_warnings_first(tmp_path: Path, runner: CliRunner) -> None:

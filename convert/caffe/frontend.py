@@ -138,12 +138,11 @@ class Builder:
             self._check_sizes([shape for _, shape, _ in specs])
             arrays = [self._random(kind, shape, fan) for kind, shape, fan in specs]
         else:
-            found = self.weights.blobs.get(L.name)
+            found, wname = self.weights.blobs.get(L.name), self.weights.path.name
             if found is None:
-                raise self.fail(f"no weights for this layer in {self.weights.path.name}")
+                raise self.fail(f"no weights for this layer in {wname!r}")
             if len(found) != len(specs):
-                raise self.fail(f"expects {len(specs)} blobs, {self.weights.path.name} has "
-                                f"{len(found)}")
+                raise self.fail(f"expects {len(specs)} blob{'s' * (len(specs) != 1)}, {wname!r} has {len(found)}")
             arrays = [self._fit(i, a, tuple(s)) for i, (a, (_, s, _)) in enumerate(zip(found, specs))]
             # one float64 sum per blob: no copy of a mapped blob, and NaN or Inf always shows in it
             if not all(np.isfinite(a.sum(dtype=np.float64)) for a in arrays):
