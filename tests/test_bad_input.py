@@ -43,6 +43,7 @@ CASES: dict[str, tuple[str | bytes, str]] = {
     "pool stride 0": (IN + one("Pooling", "pooling_param { kernel_size: 2 stride: 0 }"), "'bad'"),
     "pool kernel 10^5": (IN + one("Pooling", "pooling_param { kernel_size: 100000 pad: 99999 }"), "'bad'"),
     "LRN local_size 4e9+1": (IN + one("LRN", "lrn_param { local_size: 4000000001 }"), "'bad'"),
+    "Log base 1": (IN + one("Log", "log_param { base: 1 }"), "'bad'"),
     "dropout_ratio 2": (IN + one("Dropout", "dropout_param { dropout_ratio: 2 }"), "'bad'"),
     "crop one bottom": (IN + one("Crop"), "'bad'"),
     "crop missing bottom": (IN + one("Crop", bottoms="data nope"), "'bad'"),

@@ -55,6 +55,7 @@ CASES: dict[str, list[str]] = {
     "LRN": [
         net(one("LRN", "lrn_param { local_size: 3 alpha: 0.1 beta: 0.75 k: 2 }")),
         net(one("LRN", "lrn_param { local_size: 5 alpha: 0.1 beta: 0.75 norm_region: WITHIN_CHANNEL }")),
+        net(one("LRN", "lrn_param { local_size: 3 alpha: 0.1 beta: 0.75 k: 0 }")),  # ONNX Runtime's LRN needs k > 0
     ],
     "BatchNorm": [net(one("BatchNorm", "batch_norm_param { eps: 0.001 }")),
                   net(one("BatchNorm", "batch_norm_param { use_global_stats: false }"))],
@@ -74,7 +75,8 @@ CASES: dict[str, list[str]] = {
     "ELU": [net(one("ELU", "elu_param { alpha: 0.5 }"))],
     "Sigmoid": [net(one("Sigmoid"))], "TanH": [net(one("TanH"))], "AbsVal": [net(one("AbsVal"))],
     "BNLL": [net(one("BNLL"))],
-    "Power": [net(one("Power", "power_param { power: 2 scale: 0.5 shift: 0.1 }"))],
+    "Power": [net(one("Power", "power_param { power: 2 scale: 0.5 shift: 0.1 }")),
+              net(one("Power", "power_param { power: 3 scale: 2 }"))],  # (2x)^3, not x * 2^3
     "Exp": [net(one("Exp", "exp_param { base: 2 scale: 0.5 }"))],
     "Log": [net(one("Log", "log_param { shift: 8 }"))],
     "Threshold": [net(one("Threshold", "threshold_param { threshold: 0.3 }"))],

@@ -308,8 +308,8 @@ def exp(b: Builder, L: Layer) -> None:
 @layer("Log")
 def log(b: Builder, L: Layer) -> None:
     p = L.p.log_param
-    if p.base != -1 and p.base <= 0:
-        raise b.fail(f"base must be positive or -1 (e), got {p.base}")
+    if p.base != -1 and (p.base <= 0 or p.base == 1):
+        raise b.fail(f"base must be positive and not 1, or -1 (e), got {p.base}")
     b.node(Log(p.base, p.scale, p.shift))
 
 

@@ -147,7 +147,7 @@ class Power(Unary):
 
     def torch(self, args, mod, shapes):  # type: ignore[no-untyped-def]
         base = _affine_torch(args[0], self.scale, self.shift)
-        return base if self.power == 1 else f"{base} ** {fmt(self.power)}"
+        return base if self.power == 1 else f"({base}) ** {fmt(self.power)}"  # ** binds before *
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         x = _affine_onnx(b, ins[0], self.scale, self.shift)

@@ -64,7 +64,9 @@ class LRN(Op):
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         x = ins[0]
         n, c, h, wd = b.shape(x)
-        if self.region == "across" and self.size % 2 and self.lead() == (self.size - 1) // 2:
+        # ONNX Runtime's LRN refuses alpha, beta or bias <= 0 (Caffe takes any): then the long form
+        native = min(self.alpha, self.beta, self.k) > 0
+        if native and self.region == "across" and self.size % 2 and self.lead() == (self.size - 1) // 2:
             b.op("LRN", [x], outs, size=self.size, alpha=float(self.alpha), beta=float(self.beta),
                  bias=float(self.k))
             return
