@@ -16,11 +16,13 @@ from convert.ir import Graph, Op
 from convert.ops.act import Clip, Dropout, Elu, Exp, Log, Power, PRelu, Relu, Simple, Step, Threshold
 from convert.ops.conv import Conv, Deconv
 from convert.ops.eltwise import Broadcast, Eltwise
+from convert.ops.lcn import LocalNorm
 from convert.ops.linear import Linear
 from convert.ops.norm import LRN, MVN, Affine, BatchNorm, LpNormalize
 from convert.ops.pool import Pool, pooled_size
 from convert.ops.shape import Concat, Crop, Pad, Reshape, Resize, Split, Transpose
 from convert.ops.softmax import ArgMax, Reduce, Softmax
+from convert.ops.unpool import MaxUnpool
 
 X = (2, 3, 7, 9)  # N, C, H, W all different, odd spatial sizes
 R = np.random.default_rng(1)
@@ -94,6 +96,11 @@ EXAMPLES: list[tuple[Op, list[tuple[int, ...]], dict[str, np.ndarray]]] = [
     (ArgMax(1, -1), [X], {}), (ArgMax(3, -1, True), [X], {}), (ArgMax(2, 1), [X], {}),
     (ArgMax(1, 1, True), [X], {}),
     (Reduce("sum", (2, 3)), [X], {}), (Reduce("mean", (1,), True), [X], {}),
+    (MaxUnpool((2, 2), (2, 2)), [(2, 3, 3, 4), X], {}),
+    (MaxUnpool((3, 2), (3, 2), (1, 1), ceil=True), [(2, 3, 3, 5), X], {}),
+    (LocalNorm("sub"), [X], {"kernel": np.abs(w(3, 5))}),
+    (LocalNorm("div", 0.5, 0.25), [X], {"kernel": np.abs(w(5, 3))}),
+    (LocalNorm("nnx", adaptive=True), [X], {"kernel": np.abs(w(3, 3))}),
 ]
 
 

@@ -597,3 +597,6 @@ def upsample_nearest(b: Builder, m: Mod, x: Value) -> Value:
     f = m.int("scale_factor", m.int("scale", 0) or None)  # older versions call it scale
     h, w = b.shape(x)[2:]
     return b.node(m, Resize((h * f, w * f), "nearest"), [x])
+
+
+from . import classic  # noqa: E402,F401  (older classes register themselves)

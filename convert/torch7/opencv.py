@@ -16,7 +16,10 @@ of real Torch7 exists, that (net_batch_norm_train). Seen with OpenCV 4.14:
 - JoinTable ignores ``nInputDims`` and negative dimensions; the legacy ``padding`` field of
   SpatialConvolution is ignored; Normalize(math.huge) is not the infinity norm;
 - cudnn.SoftMax/LogSoftMax (cuDNN's INSTANCE mode, over a whole sample) are taken per pixel;
-- LogSoftMax is log(softmax), -inf where a probability underflows float32.
+- LogSoftMax is log(softmax), -inf where a probability underflows float32;
+- SpatialMaxUnpooling sizes its output (n - 1) * stride + kernel - 2 * pad from the pooled map, not
+  the pooling's input size (Torch7's oheight/owidth): where they differ it fails an index
+  assertion; it also takes a batch of one only (tests/test_torch7_classic.py).
 It refuses, among others, Threshold, LeakyReLU, HardTanh, SoftPlus, Abs, AddConstant, Narrow,
 Transpose, Mean/Sum, SelectTable, CMulTable, SpatialSoftMax, SpatialReplicationPadding,
 cropping SpatialZeroPadding, Padding with an index, and files older than ``ceil_mode``.
