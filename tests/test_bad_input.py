@@ -85,6 +85,7 @@ CASES: dict[str, tuple[str | bytes, str]] = {
     "Input: 3 shapes, 2 tops": ('layer { name: "bad" type: "Input" top: "data" top: "d2" input_param { '
                                 "shape { dim: 1 } shape { dim: 2 } shape { dim: 3 } } }\n" + one("ReLU", name="r"),
                                 "'bad'"),
+    "layer without type": (IN + 'layer { name: "bad" bottom: "data" top: "out" }\n', "'bad': no type given"),
     "V0 padding without top": (IN + 'layers { layer { name: "bad" type: "padding" pad: 1 } bottom: "data" }\n',
                                "'bad'"),
     "V0 group 0": (IN + 'layers { layer { name: "bad" type: "conv" num_output: 4 kernelsize: 3 group: 0 } '

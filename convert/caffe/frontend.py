@@ -255,6 +255,9 @@ def load(prototxt: Path, weights: Path | None = None,
     layers = [L for L in layers if L.type not in DROPPED]
     from .layers import LAYERS
 
+    untyped = [L for L in layers if not L.type]
+    if untyped:
+        raise BadModel(path, f"layer {untyped[0].name!r}", "no type given")
     unknown = [(L.type, L.name) for L in layers if L.type not in LAYERS and L.type not in DATA]
     if unknown:
         raise Unsupported(path, "caffe", unknown)
