@@ -40,6 +40,13 @@ def test_every_input_declaration(tmp_path: Path, decl: str) -> None:
     assert g.inputs == {"data": (1, 3, 9, 11)} and g.shapes["c"] == (1, 4, 7, 9)
 
 
+def test_one_dummy_data_shape_serves_every_top(tmp_path: Path) -> None:
+    p = write(tmp_path, '''layer { name: "d" type: "DummyData" top: "a" top: "b"
+  dummy_data_param { shape { dim: 1 dim: 3 dim: 4 dim: 4 } } }
+layer { name: "e" type: "Eltwise" bottom: "a" bottom: "b" top: "c" }''')
+    assert load(p).graph.inputs == {"a": (1, 3, 4, 4), "b": (1, 3, 4, 4)}
+
+
 def test_v0_v1_v2_give_the_same_network() -> None:
     v0 = corpus("realworld", "BVLC", "caffe@2e330581c", "examples", "imagenet", "imagenet_deploy.prototxt")
     v1 = corpus("realworld", "BVLC", "caffe@1fbb5bb3c", "examples", "imagenet", "imagenet_deploy.prototxt")

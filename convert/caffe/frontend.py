@@ -210,19 +210,23 @@ def _input_decls(net: Any, layers: list[Layer], path: str) -> dict[str, Shape | 
     return decl
 
 
+def _per_top(shapes: list[Shape], L: Layer, path: str) -> list[Shape | None]:
+    """Caffe's Input and DummyData rule: one shape for all tops, one per top, or none."""
+    if len(shapes) not in (0, 1, len(L.tops)):
+        raise BadModel(path, L.where(), f"{len(shapes)} shapes for {len(L.tops)} tops: give one shape, "
+                                          "one per top, or none")
+    return shapes * len(L.tops) if len(shapes) == 1 else shapes + [None] * len(L.tops)
+
+
 def _data_shapes(L: Layer, path: str) -> list[Shape | None]:
     p = L.p
     if L.type == "Input":
-        shapes = [tuple(int(d) for d in s.dim) for s in p.input_param.shape]
-        if len(shapes) not in (0, 1, len(L.tops)):  # Caffe's InputLayer check
-            raise BadModel(path, L.where(), f"{len(shapes)} shapes for {len(L.tops)} tops: give one shape, "
-                                              "one per top, or none")
-        return shapes * len(L.tops) if len(shapes) == 1 else shapes + [None] * len(L.tops)
+        return _per_top([tuple(int(d) for d in s.dim) for s in p.input_param.shape], L, path)
     if L.type == "DummyData":
         d = p.dummy_data_param
         if d.shape:
-            return [tuple(int(x) for x in s.dim) for s in d.shape]
-        return [tuple(int(v) for v in t) for t in zip(d.num, d.channels, d.height, d.width)]
+            return _per_top([tuple(int(x) for x in s.dim) for s in d.shape], L, path)
+        return _per_top([tuple(int(v) for v in t) for t in zip(d.num, d.channels, d.height, d.width)], L, path)
     if L.type == "MemoryData":
         m = p.memory_data_param
         return [(m.batch_size, m.channels, m.height, m.width), (m.batch_size, 1, 1, 1)]
