@@ -75,6 +75,8 @@ CLASSIC: dict[str, list[tuple[TorchObject, tuple[int, ...]]]] = {
     "nn.SpatialContrastiveNormalization": [
         (lcn("Contrastive", K2, threshold=1e-4, thresval=1e-4), X),
         (lcn("Contrastive", np.ones((5, 5), np.float32), planes=3, threshold=0.25), (3, 7, 9))],
+    "nn.SpatialNormalization": [(M("nn.SpatialNormalization", nfeatures=3, kernel=K2), X),
+                                (M("nn.SpatialNormalization", nfeatures=3, kernel=K2, fixedThres=0.8), (3, 7, 9))],
     "nn.SpatialClassifier": [
         (box("nn.SpatialClassifier", seq(M("nn.Linear", weight=w(5, 3), bias=w(5)), M("nn.LogSoftMax")),
              spatialOutput=True), X),
@@ -197,6 +199,26 @@ def test_local_contrast_normalization_formulas() -> None:
                                rtol=1e-5, atol=1e-6)
 
 
+def test_nnx_spatial_normalization_formula() -> None:
+    x = R.standard_normal((3, 7, 9))
+    k = K2.astype(np.float64) / K2.sum()  # to sum 1: the planes are summed after
+    ph, pw = 1, 2
+
+    def local(z: np.ndarray) -> np.ndarray:
+        zp = np.pad(z.sum(0), ((ph, ph), (pw, pw)))
+        return sum(k[i, j] * zp[i:i + 7, j:j + 9] for i in range(3) for j in range(5))
+
+    coef = local(np.ones_like(x))
+    d = x - local(x) / coef
+    std = np.sqrt(local(d * d)) / coef
+    t = max(std.mean(), 1e-3)
+    assert (std < t).any()
+    tree = M("nn.SpatialNormalization", nfeatures=3, kernel=K2)
+    np.testing.assert_allclose(reference_of(tree, x), d / np.maximum(std, t), rtol=1e-6, atol=1e-7)
+    tree = M("nn.SpatialNormalization", nfeatures=3, kernel=K2, fixedThres=0.8)
+    np.testing.assert_allclose(reference_of(tree, x), d / np.maximum(std, 0.8), rtol=1e-6, atol=1e-7)
+
+
 def test_spatial_classifier_is_per_pixel() -> None:
     wt, b = w(4, 3), w(4)
     x = R.standard_normal((3, 5, 7))
@@ -215,6 +237,7 @@ def test_spatial_classifier_is_per_pixel() -> None:
      "1-based"),
     (lcn("Subtractive", np.ones((4, 4), np.float32)), "odd sizes"),
     (lcn("Divisive", K2, planes=2), "does not have 2 planes"),
+    (M("nn.SpatialNormalization", nfeatures=3, kernel={1: K2[:1], 2: K2[:, :1]}), "pair of 1-D kernels"),
 ])
 def test_bad_classic_modules_name_the_module(tree: TorchObject, message: str) -> None:
     with pytest.raises(BadModel, match=message):

@@ -142,10 +142,13 @@ def _planes(b: Builder, m: Mod, x: str) -> int:
 
 
 def _local(b: Builder, m: Mod, x: Value, ops: list[LocalNorm]) -> Value:
-    """Apply the ops on a 4-D view of a (C, H, W) or (N, C, H, W) input."""
     x = _rank(b, m, x, (3, 4))
+    return _apply(b, m, x, ops, _kernel(b, m, _planes(b, m, x)))
+
+
+def _apply(b: Builder, m: Mod, x: str, ops: list[LocalNorm], kernel: np.ndarray) -> str:
+    """Apply the ops on a 4-D view of a (C, H, W) or (N, C, H, W) input."""
     s = b.shape(x)
-    kernel = _kernel(b, m, _planes(b, m, x))
     y = x if len(s) == 4 else b.node(m, Reshape((1, *s)), [x])
     for op in ops:
         y = b.node(m, op, [y], {"kernel": kernel})
@@ -171,6 +174,26 @@ def divisive(b: Builder, m: Mod, x: Value) -> Value:
 def contrastive(b: Builder, m: Mod, x: Value) -> Value:
     # its normalizer is Sequential(Subtractive(n, kernel), Divisive(n, kernel, threshold, thresval))
     return _local(b, m, x, [LocalNorm("sub"), _divisive(m)])
+
+
+@module("nn.SpatialNormalization")
+def nnx_normalization(b: Builder, m: Mod, x: Value) -> Value:
+    """nnx's deprecated SpatialNormalization: the kernel normalized to sum 1 (not per plane), the
+    mean removed, then a division by the local std thresholded at ``fixedThres``, or else at the
+    sample's mean std (at least 1e-3)."""
+    x = _rank(b, m, x, (3, 4))
+    k = m.get("kernel")
+    if not isinstance(k, np.ndarray):
+        raise m.fail("a pair of 1-D kernels is not supported (only one 2-D kernel)")
+    k = b.weight(m, "kernel").astype(np.float64)
+    if k.ndim != 2 or any(n % 2 == 0 for n in k.shape) or k.sum() == 0:
+        raise m.fail(f"kernel of shape {list(k.shape)}: needs a 2-D kernel of odd sizes, summing to non-zero")
+    if b.shape(x)[-3] != m.int("nfeatures", b.shape(x)[-3]):
+        raise m.fail(f"input {list(b.shape(x))} does not have {m.int('nfeatures')} planes")
+    fixed = m.get("fixedThres")
+    op = LocalNorm("nnx", adaptive=True) if fixed is None else LocalNorm("nnx", m.num("fixedThres"),
+                                                                          m.num("fixedThres"))
+    return _apply(b, m, x, [op], (k / k.sum()).astype(np.float32))
 
 
 # --- wrappers --------------------------------------------------------------------------------
