@@ -259,3 +259,31 @@ def test_a_net_file_is_recognised_by_its_content(tmp_path: Path) -> None:
 def test_local_norm_op_guards_its_kernel() -> None:
     assert LocalNorm("sub").weight_problem({"kernel": (3, 4)})
     assert LocalNorm("sub").weight_problem({"kernel": (3, 5)}) is None
+
+
+STORED = [  # cudnn softmax modules whose stored mode / algorithm differ from the class's default
+    (M("cudnn.SoftMax", mode="CUDNN_SOFTMAX_MODE_CHANNEL", algorithm="CUDNN_SOFTMAX_ACCURATE"), "pixel", False),
+    (M("cudnn.SpatialSoftMax", mode="CUDNN_SOFTMAX_MODE_INSTANCE"), "sample", False),
+    (M("cudnn.SpatialSoftMax", mode="CUDNN_SOFTMAX_MODE_CHANNEL", algorithm="CUDNN_SOFTMAX_LOG"), "pixel", True),
+    (M("cudnn.LogSoftMax", mode="CUDNN_SOFTMAX_MODE_INSTANCE", algorithm="CUDNN_SOFTMAX_FAST"), "sample", False),
+    (M("cudnn.SoftMax"), "sample", False), (M("cudnn.SpatialLogSoftMax"), "pixel", True),  # defaults
+]
+
+
+@pytest.mark.parametrize("tree,over,log", STORED, ids=[f"stored-{i}" for i in range(len(STORED))])
+def test_stored_softmax_fields_win(tree: TorchObject, over: str, log: bool, tmp_path: Path) -> None:
+    x = R.standard_normal(X)
+    axes = (1,) if over == "pixel" else (1, 2, 3)
+    e = np.exp(x - x.max(axes, keepdims=True))
+    p = e / e.sum(axes, keepdims=True)
+    np.testing.assert_allclose(reference_of(tree, x), np.log(p) if log else p, rtol=1e-9, atol=1e-12)
+    report = convert_tree(tree, X, tmp_path)
+    assert report["status"] == "verified", report["verification"]
+
+
+def test_opencv_reads_cudnn_softmax_by_class_name(tmp_path: Path) -> None:
+    res = opencv_results([(str(i), tree, X) for i, (tree, _, _) in enumerate(STORED[:4])], tmp_path)
+    assert res["0"]["status"] == "agrees", res  # per pixel, as OpenCV always does
+    assert res["3"]["status"] == "deviates (known)", res  # not log, though a LogSoftMax
+    assert not [r for r in res.values() if r["status"] == "MISMATCH"], res
+

@@ -427,20 +427,48 @@ LOG_UNDERFLOW = "OpenCV's LogSoftMax takes log(softmax), -inf where a probabilit
 @module("nn.SoftMax", "nn.LogSoftMax", "nn.SpatialSoftMax", "cudnn.SpatialSoftMax",
         "cudnn.SpatialLogSoftMax")
 def softmax(b: Builder, m: Mod, x: Value) -> Value:
+    instance, log = _cudnn_mode(m) if m.cls.startswith("cudnn.") else (False, "Log" in m.cls)
+    if instance:
+        return instance_softmax(b, m, x)
     x = _rank(b, m, x, tuple(SOFTMAX_AXIS))
-    if "Log" in m.cls:
+    _log_notes(b, m, log)
+    return b.node(m, Softmax(SOFTMAX_AXIS[len(b.shape(x))], log), [x])
+
+
+CUDNN_MODES = {"CUDNN_SOFTMAX_MODE_INSTANCE": True, "CUDNN_SOFTMAX_MODE_CHANNEL": False}
+CUDNN_ALGORITHMS = {"CUDNN_SOFTMAX_LOG": True, "CUDNN_SOFTMAX_ACCURATE": False, "CUDNN_SOFTMAX_FAST": False}
+
+
+def _cudnn_mode(m: Mod) -> tuple[bool, bool]:
+    """(over the whole sample, log) of a cudnn softmax. cudnn.torch hands its stored ``mode`` and
+    ``algorithm`` to cuDNN, so they win over the class's defaults (INSTANCE for SoftMax and
+    LogSoftMax, CHANNEL for the Spatial ones, LOG for the Log ones); cudnn.torch R5+ resets
+    SoftMax's and LogSoftMax's at every forward, so a file it saved holds those defaults."""
+    mode, algorithm = m.get("mode"), m.get("algorithm")
+    instance = m.cls in ("cudnn.SoftMax", "cudnn.LogSoftMax") if mode is None else CUDNN_MODES.get(mode)
+    log = "Log" in m.cls if algorithm is None else CUDNN_ALGORITHMS.get(algorithm)
+    if instance is None or log is None:
+        raise m.fail(f"unknown softmax mode {mode!r} or algorithm {algorithm!r}")
+    return instance, log
+
+
+def _log_notes(b: Builder, m: Mod, log: bool) -> None:
+    if log != ("Log" in m.cls):
+        b.note(m, "OpenCV follows the class name, not the stored algorithm")
+    if log:
         b.note(m, LOG_UNDERFLOW)
-    return b.node(m, Softmax(SOFTMAX_AXIS[len(b.shape(x))], "Log" in m.cls), [x])
 
 
 @module("cudnn.SoftMax", "cudnn.LogSoftMax")
 def instance_softmax(b: Builder, m: Mod, x: Value) -> Value:
     # cudnn.SoftMax uses CUDNN_SOFTMAX_MODE_INSTANCE: one distribution over all C*H*W values of a
     # sample (3-D: the whole tensor is one sample), not per pixel like nn.SoftMax
+    instance, log = _cudnn_mode(m)
+    if not instance:
+        return softmax(b, m, x)
     x = _rank(b, m, x, (1, 2, 3, 4))
-    s, log = b.shape(x), m.cls == "cudnn.LogSoftMax"
-    if log:
-        b.note(m, LOG_UNDERFLOW)
+    s = b.shape(x)
+    _log_notes(b, m, log)
     if len(s) <= 2:
         return b.node(m, Softmax(len(s) - 1, log), [x])
     if math.prod(s[2:]) > 1:
