@@ -153,7 +153,7 @@ def convert(source: Path, weights: Path | None = None, out: Path = Path("outputs
 
 def reverify(art: Path) -> artifacts.Converted:
     """Re-run verification of an artifact directory and update its convert.json."""
-    from .verify import verify
+    from .verify import verify_sizes
 
     info_path = art / "convert.json"
     missing = [f for f in ("model.py", "model.onnx", "model.safetensors", "ir.json") if not (art / f).is_file()]
@@ -165,8 +165,9 @@ def reverify(art: Path) -> artifacts.Converted:
         raise BadModel(str(art), "", "no readable convert.json: not a zoo artifact directory") from None
     g = artifacts.load_graph(art)
     runner, known = _original_runner(g, art)
-    report = verify(g, art, runner, known)
-    info.update(status=report["status"], verification=report)
+    report = verify_sizes(g, art, runner, known)
+    sizes = report.pop("sizes")
+    info.update(status=report["status"], verification=report, verification_sizes=sizes, dynamic=g.dynamic())
     tmp = info_path.with_name(f".convert.json.{os.getpid()}.tmp")  # a crash or full disk loses nothing
     tmp.write_text(artifacts.dump_json(info))
     os.replace(tmp, info_path)

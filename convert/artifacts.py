@@ -32,7 +32,7 @@ from .ir import Graph, Shape
 from .isolate import clean_stale, peak_rss_bytes, temp_prefix
 from .onnx_emit import check_structure, write_onnx
 from .torch_emit import model_source
-from .verify import verify
+from .verify import verify_sizes
 
 ST_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64", "int64": "I64"}
 
@@ -93,7 +93,7 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         if extra:
             extra(tmp)
         write_seconds = time.perf_counter() - started
-        report = verify(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
+        report = verify_sizes(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
             if check else {"status": "unverified"}
         info = summary(g, report, write_seconds)
         (tmp / "convert.json").write_text(dump_json(info))
@@ -178,7 +178,9 @@ def fingerprint(path: str | None) -> str | None:
 
 def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str, Any]:
     batch = next(iter(g.inputs.values()))[0]
-    return {
+    report = dict(report)
+    sizes = report.pop("sizes", None)
+    info = {
         "zoo_version": __version__,
         "name": g.meta.get("name"),
         "framework": g.meta.get("framework"),
@@ -190,6 +192,7 @@ def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str,
         "inputs": {k: list(v) for k, v in g.inputs.items()},
         "outputs": list(g.outputs),
         "dynamic_batch": g.dynamic_batch(),
+        "dynamic": g.dynamic(),
         "params": g.param_count(),
         "macs_per_image": g.macs() // max(batch, 1),
         "layers": len(g.nodes),
@@ -199,6 +202,7 @@ def summary(g: Graph, report: dict[str, Any], seconds: float = 0.0) -> dict[str,
         "peak_rss_bytes": peak_rss_bytes(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    return info | ({"verification_sizes": sizes} if sizes is not None else {})
 
 
 def _replace(tmp: Path, dest: Path) -> None:

@@ -1,4 +1,7 @@
-"""The one intermediate representation: a static-shape dataflow graph of ops with named weights.
+"""The one intermediate representation: a dataflow graph of ops with named weights.
+
+Ops hold their framework's shape rules, not sizes: ``Graph.shapes`` are the shapes at the declared
+input size, ``Graph.infer_shapes`` gives them at any other.
 
 Frontends (Caffe, Torch7) build a ``Graph`` with ``Graph.add``; emitters (PyTorch, ONNX) and the
 float64 reference interpreter walk ``graph.nodes`` in order and ask each op for its part. An op
@@ -163,7 +166,61 @@ class Graph:
 
     def dynamic_batch(self) -> bool:
         """Whether the graph computes each sample independently (any batch size works)."""
-        return all(n.op.batch_free([self.shapes[i] for i in n.inputs]) for n in self.nodes)
+        if not all(n.op.batch_free([self.shapes[i] for i in n.inputs]) for n in self.nodes):
+            return False
+        return self.fixed_by(self.probe_inputs(spatial=False)) is None
+
+    def infer_shapes(self, inputs: dict[str, Shape]) -> dict[str, Shape]:
+        """Every value's shape for other input shapes, by the ops' own rules; a ShapeError names
+        the first node that cannot take them."""
+        shapes = {k: tuple(int(d) for d in v) for k, v in inputs.items()}
+        for n in self.nodes:
+            w = {r: self.weights[k].shape for r, k in n.weight_names().items()}
+            try:
+                outs = n.op.infer([shapes[i] for i in n.inputs], w)
+            except ShapeError as e:
+                raise ShapeError(f"layer {n.name!r} ({n.op.kind}): {e}") from None
+            for o, s in zip(n.outputs, outs):
+                if any(d <= 0 for d in s):
+                    raise ShapeError(f"layer {n.name!r} ({n.op.kind}): output {o!r} would have shape {list(s)}")
+                shapes[o] = tuple(int(d) for d in s)
+        return shapes
+
+    def probe_inputs(self, spatial: bool = True, batch: bool = True, dh: int = 13, dw: int = 7) -> dict[str, Shape]:
+        """The inputs at another size: batch + 1 (when ``batch``), H + dh and W + dw (the last two
+        axes of inputs with at least three, when ``spatial``)."""
+        res = {}
+        for k, s in self.inputs.items():
+            s = list(s)
+            if batch and s:
+                s[0] += 1
+            if spatial and len(s) >= 3:
+                s[-2] += dh
+                s[-1] += dw
+            res[k] = tuple(s)
+        return res
+
+    def fixed_by(self, inputs: dict[str, Shape]) -> str | None:
+        """None when the graph takes these input shapes, else which layer refuses them."""
+        try:
+            self.infer_shapes(inputs)
+        except ShapeError as e:
+            return str(e).split(": ", 1)[0]
+        return None
+
+    def dynamic(self) -> dict[str, Any]:
+        """Which input dims may change: {"batch", "spatial", "fixed_by" (the layer fixing them)}."""
+        batch = self.dynamic_batch()
+        if not any(len(s) >= 3 for s in self.inputs.values()):
+            return {"batch": batch, "spatial": False, "fixed_by": "the inputs have no spatial axes"}
+        fixed = self.fixed_by(self.probe_inputs(batch=False))
+        if fixed is None:  # a second, larger probe: a size that happens to fit is no proof
+            fixed = self.fixed_by(self.probe_inputs(batch=False, dh=max(self.spatial_sizes()) + 1,
+                                                    dw=max(self.spatial_sizes()) + 3))
+        return {"batch": batch, "spatial": fixed is None, "fixed_by": fixed}
+
+    def spatial_sizes(self) -> list[int]:
+        return [d for s in self.inputs.values() if len(s) >= 3 for d in s[-2:]] or [0]
 
     def node_macs(self, node: Node) -> int:
         w = {r: self.weights[n].shape for r, n in node.weight_names().items()}

@@ -89,20 +89,7 @@ def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[s
         b.layer = label(node.name)
         node.op.onnx(b, list(node.inputs), list(node.outputs),
                      {r: wmap[n] for r, n in node.weight_names().items()})
-    dyn = g.dynamic_batch()
-
-    def vi(value: str, shape: Shape, batch: int | None) -> onnx.ValueInfoProto:
-        dims: list[Any] = list(shape)
-        if dyn and batch is not None and dims and dims[0] == batch:
-            dims[0] = "N"
-        return helper.make_tensor_value_info(value, TensorProto.FLOAT, dims)
-
-    batch = next(iter(g.inputs.values()))[0] if g.inputs else None
-    graph = helper.make_graph(
-        b.nodes, label(name),
-        [vi(k, s, batch) for k, s in g.inputs.items()],
-        [vi(o, g.shapes[o], batch) for o in g.outputs],
-    )
+    graph = helper.make_graph(b.nodes, label(name), *value_infos(g))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="zoo")
     model.ir_version = 8  # opset 17 needs IR >= 8; keep it low for older runtimes
@@ -111,6 +98,32 @@ def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[s
     learned = set(weights)
     weights.update(b.consts)
     return model, weights, learned
+
+
+def value_infos(g: Graph) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """Graph inputs and outputs with symbolic dims (N, H, W, ...) where the net takes other sizes:
+    a dim is symbolic when it changes with the input size (the shapes at a probe size differ)."""
+    dyn = g.dynamic()
+    other = g.shapes
+    if dyn["batch"] or dyn["spatial"]:
+        other = g.infer_shapes(g.probe_inputs(spatial=dyn["spatial"], batch=dyn["batch"]))
+    names: dict[tuple[str, int], str] = {}
+    first = next(iter(g.inputs), None)
+    batch = (g.shapes[first][0], other[first][0]) if first and g.shapes[first] else None
+    for i, (k, s) in enumerate(g.inputs.items()):
+        suffix = str(i + 1) if i else ""
+        for axis in range(len(s)):
+            names[(k, axis)] = "N" if axis == 0 else f"{'HW'[axis - len(s) + 2]}{suffix}" if axis >= len(s) - 2 else ""
+
+    def vi(value: str) -> onnx.ValueInfoProto:
+        dims: list[Any] = list(g.shapes[value])
+        for axis, d in enumerate(dims):
+            if other[value][axis] != d:
+                same_n = axis == 0 and dyn["batch"] and (d, other[value][0]) == batch
+                dims[axis] = names.get((value, axis)) or ("N" if same_n else f"{label(value, 60)}_d{axis}")
+        return helper.make_tensor_value_info(value, TensorProto.FLOAT, dims)
+
+    return [vi(k) for k in g.inputs], [vi(o) for o in g.outputs]
 
 
 def label(text: str, limit: int = 120) -> str:

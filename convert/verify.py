@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from . import reference
-from .ir import Graph, release_mapped
+from .ir import Graph, Shape, release_mapped
 from .isolate import IsolatedError
+from .limits import over_budget
 from .torch_emit import import_model, variable_names
 
 log = logging.getLogger(__name__)
@@ -121,14 +123,57 @@ def run_onnx(path: Path, feeds: dict[str, np.ndarray], values: list[str] | None 
 
 # --- the check ------------------------------------------------------------------------------
 
+def second_size(g: Graph) -> tuple[dict[str, Shape] | None, str]:
+    """The other input size verified (H + 13, W + 7, batch 2 where free), or None and why not."""
+    dyn = g.dynamic()
+    if not (dyn["batch"] or dyn["spatial"]):
+        return None, f"the input size is fixed by {dyn['fixed_by']}"
+    shapes = g.probe_inputs(spatial=dyn["spatial"], batch=False)
+    if dyn["batch"]:
+        shapes = {k: (1 if s[0] == 2 else 2, *s[1:]) for k, s in shapes.items()}
+    values = sum(math.prod(s) for s in g.infer_shapes(shapes).values())
+    over = over_budget(8 * values + sum(int(w.nbytes) for w in g.weights.values()),
+                       f"verifying at input shape {', '.join(str(list(s)) for s in shapes.values())}")
+    return (None, over) if over else (shapes, "")
+
+
+def verify_sizes(g: Graph, art: Path, opencv: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+                 known_opencv: list[str] | None = None, seed: int = 0) -> dict[str, Any]:
+    """``verify`` at the declared size, then at a second size where the net allows one; the report
+    of the declared size gains ``sizes`` (each size with its per-backend result) and the status
+    is "mismatch" when any size mismatches."""
+    report = verify(g, art, opencv, known_opencv, seed)
+    other, why = second_size(g)
+    reports = [report] + ([verify(g, art, opencv, known_opencv, seed + 1, inputs=other)] if other else [])
+    report["sizes"] = [_size_summary(r) for r in reports]
+    if not other:
+        report["second_size"] = why
+    bad = [r["inputs"] for r in reports[1:] if r["status"] == "mismatch"]
+    if bad:
+        report["status"] = "mismatch"
+        report["reason"] = f"mismatch at input shapes {bad}"
+    return report
+
+
+def _size_summary(r: dict[str, Any]) -> dict[str, Any]:
+    keep = ("ok", "status", "max_rel", "reason")
+    res = {"inputs": r["inputs"], "status": r["status"],
+           "backends": {k: {f: v[f] for f in keep if f in v} for k, v in r["backends"].items()}}
+    return res | ({"first_divergence": r["first_divergence"]} if r.get("first_divergence") else {})
+
+
 def verify(g: Graph, art: Path, opencv: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
-           known_opencv: list[str] | None = None, seed: int = 0, precision: str = "fp32") -> dict[str, Any]:
-    """Compare every backend with the float64 reference on a seeded input; returns the report."""
+           known_opencv: list[str] | None = None, seed: int = 0, precision: str = "fp32",
+           inputs: dict[str, Shape] | None = None) -> dict[str, Any]:
+    """Compare every backend with the float64 reference on a seeded input (of the declared shapes
+    unless ``inputs``); returns the report."""
     tol = TOLERANCE[precision]
-    feeds = seeded_inputs(g.inputs, seed)
+    inputs = inputs or g.inputs
+    feeds = seeded_inputs(inputs, seed)
     ref = reference.run(g, feeds)
     release_mapped(g)  # the reference was the last reader of memory-mapped weights
-    report: dict[str, Any] = {"seed": seed, "precision": precision, "tolerance": tol,
+    report: dict[str, Any] = {"seed": seed, "inputs": {k: list(v) for k, v in inputs.items()},
+                              "precision": precision, "tolerance": tol,
                               "reference": "float64 NumPy interpreter", "backends": {}}
     backends: list[tuple[str, Callable[[], dict[str, np.ndarray]]]] = [
         ("onnxruntime", lambda: run_onnx(art / "model.onnx", feeds)),
@@ -136,25 +181,41 @@ def verify(g: Graph, art: Path, opencv: Callable[[dict[str, np.ndarray]], dict[s
     ]
     if opencv is not None:
         backends.append(("opencv", lambda: opencv(feeds)))
+    declared = inputs == g.inputs  # at another size, a backend failing is a finding, not a crash
     for name, fn in backends:
-        report["backends"][name] = _check_backend(name, fn, ref, tol, known_opencv or [])
+        report["backends"][name] = _check_backend(name, fn, ref, tol, known_opencv or [], declared)
         gc.collect()
     if hasattr(opencv, "peak_rss_bytes"):  # its own process
         report["backends"]["opencv"]["peak_rss_bytes"] = opencv.peak_rss_bytes
     failed = [k for k, v in report["backends"].items() if v.get("ok") is False]
     report["status"] = "mismatch" if failed else "verified"
-    if failed:
+    if failed and not declared:
+        report["first_divergence"] = _locate_quietly(g, art, feeds, tol, failed, opencv)
+    elif failed:
         report["first_divergence"] = locate(g, art, feeds, tol, [f for f in failed if f != "opencv"]) \
             or (locate_opencv(g, feeds, tol, opencv) if "opencv" in failed else None)
     return report
 
 
+def _locate_quietly(g: Graph, art: Path, feeds: dict[str, np.ndarray], tol: float, failed: list[str],
+                    opencv: Any) -> dict[str, Any] | None:
+    try:
+        return locate(g, art, feeds, tol, [f for f in failed if f != "opencv"]) \
+            or (locate_opencv(g, feeds, tol, opencv) if "opencv" in failed else None)
+    except Exception as e:  # a backend that fails at this size has no intermediate values either
+        return {"layer": None, "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
 def _check_backend(name: str, fn: Callable[[], dict[str, np.ndarray]], ref: dict[str, np.ndarray],
-                   tol: float, known: list[str]) -> dict[str, Any]:
+                   tol: float, known: list[str], declared: bool = True) -> dict[str, Any]:
     try:
         outs = fn()
     except IsolatedError as e:  # the independent importer refused or crashed: reported, not fatal
         return {"status": "refused", "reason": str(e)}
+    except Exception as e:
+        if declared:
+            raise
+        return {"ok": False, "reason": f"fails at this size: {type(e).__name__}: {str(e)[:300]}"}
     missing = [k for k in ref if k not in outs]
     if missing and name != "opencv":
         return {"ok": False, "reason": f"outputs missing: {missing}"}

@@ -32,10 +32,8 @@ def w(*shape: int) -> np.ndarray:
     return R.standard_normal(shape).astype(np.float32)
 
 
-def pool(mode: str, k: int, s: int, p: int, ceil: bool, count_pad: bool = True,
-         hw: tuple[int, int] = X[2:]) -> Pool:
-    out = tuple(pooled_size(n, k, s, p, ceil, drop=bool(p)) for n in hw)
-    return Pool(mode, (k, k), (s, s), (p, p), out, count_pad)  # type: ignore[arg-type]
+def pool(mode: str, k: int, s: int, p: int, ceil: bool, count_pad: bool = True) -> Pool:
+    return Pool(mode, (k, k), (s, s), (p, p), ceil, bool(p), count_pad)
 
 
 # (op, input shapes, weights)
@@ -52,8 +50,9 @@ EXAMPLES: list[tuple[Op, list[tuple[int, ...]], dict[str, np.ndarray]]] = [
     (pool("avg", 3, 2, 1, True, count_pad=False), [X], {}),
     (pool("avg", 2, 3, 1, True), [X], {}),  # a window overhangs the end padding
     (pool("sum", 3, 2, 1, True), [X], {}),
-    (Pool("avg", (7, 9), (1, 1), (0, 0), (1, 1)), [X], {}),  # global
-    (Pool("max", (4, 2), (3, 2), (2, 0), (3, 4)), [X], {}),  # pad > kernel/2 on one axis
+    (Pool("avg", (7, 9), (1, 1), (0, 0), whole=True), [X], {}),  # global
+    (Pool("max", (4, 2), (3, 2), (2, 0), True, True), [X], {}),  # pad > kernel/2 on one axis
+    (Pool("max", (4, 2), (3, 2), (2, 0)), [X], {}),  # the same, rounding down
     (Linear(), [(2, 11)], {"weight": w(5, 11), "bias": w(5)}),
     (Linear(bias=False), [(2, 3, 11)], {"weight": w(5, 11)}),
     (Relu(), [X], {}), (Relu(0.1), [X], {}),
@@ -139,7 +138,7 @@ def test_pool_output_size_rules() -> None:
 
 def test_caffe_average_pool_divisor() -> None:
     """AVE divides by the window clipped to the padded bounds: padding counts, overhang does not."""
-    op = pool("avg", 3, 2, 1, True, hw=(4, 4))  # 4x4 input, windows start at -1, 1, 3
+    op = pool("avg", 3, 2, 1, True)  # 4x4 input, windows start at -1, 1, 3
     x = np.ones((1, 1, 4, 4))
     y = op.reference([x], {})[0][0, 0]
     # first window: 3x3 inside padded bounds, 2x2 real ones -> 4/9; last window starts at 3:

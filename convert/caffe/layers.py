@@ -17,8 +17,8 @@ from ..ops.conv import Conv, Deconv
 from ..ops.eltwise import Broadcast, Eltwise
 from ..ops.linear import Linear
 from ..ops.norm import LRN, MVN, Affine, BatchNorm, LpNormalize
-from ..ops.pool import Pool, pooled_size
-from ..ops.shape import Concat, Crop, Reshape, Resize, Split, Transpose
+from ..ops.pool import Pool
+from ..ops.shape import Concat, Crop, Pad, Reshape, Resize, Split, Transpose
 from ..ops.softmax import ArgMax, Softmax
 from .frontend import Builder
 from .upgrade import Layer
@@ -142,7 +142,7 @@ def inner_product(b: Builder, L: Layer) -> None:
     weight = np.ascontiguousarray(blobs[0].T) if ip.transpose else blobs[0]
     x = b.x()
     if len(shape) != axis + 1:
-        x = b.node(Reshape((*shape[:axis], k)), [x], [b.tmp("flat")]).outputs[0]
+        x = b.node(Reshape((-1,), axis), [x], [b.tmp("flat")]).outputs[0]
     w = {"weight": weight} | ({"bias": blobs[1]} if ip.bias_term else {})
     b.node(Linear(bias=ip.bias_term), [x], weights=w)
 
@@ -167,8 +167,8 @@ def pooling(b: Builder, L: Layer) -> None:
             raise b.fail(f"kernel {list(k)} is more than twice the {h}x{w} input: not supported")
     ceil = pp.round_mode == "CEIL"
     drop = any(p)  # Caffe drops a window starting in the padding only when the layer pads
-    out = tuple(pooled_size(n, kk, ss, pa, ceil, drop) for n, kk, ss, pa in zip((h, w), k, s, p))
-    b.node(Pool("max" if pp.pool == "MAX" else "avg", k, s, p, out, count_pad=True))
+    b.node(Pool("max" if pp.pool == "MAX" else "avg", k, s, p, ceil, drop, count_pad=True,
+                whole=bool(pp.global_pooling)))
 
 
 @layer("LRN")
@@ -361,11 +361,11 @@ def slice_(b: Builder, L: Layer) -> None:
         if len(points) != len(L.tops) - 1 or points != sorted(points) or points[-1] >= n:
             raise b.fail(f"slice points {points} do not cut axis {axis} (size {n}) into "
                          f"{len(L.tops)} parts")
-        sizes = [e - s for s, e in zip([0] + points, points + [n])]
+        sizes = [e - s for s, e in zip([0] + points, points)] + [-1]  # the last: the rest
     else:
         if n % len(L.tops):
             raise b.fail(f"axis {axis} (size {n}) does not split evenly into {len(L.tops)} parts")
-        sizes = [n // len(L.tops)] * len(L.tops)
+        sizes = [-1] * len(L.tops)  # even parts of whatever size the axis has
     b.node(Split(axis, tuple(sizes)))
 
 
@@ -379,7 +379,9 @@ def split(b: Builder, L: Layer) -> None:
 def flatten(b: Builder, L: Layer) -> None:
     fp, shape = L.p.flatten_param, b.shape()
     a, e = _axis(b, fp.axis, len(shape)), _axis(b, fp.end_axis, len(shape))
-    b.node(Reshape((*shape[:a], int(np.prod(shape[a:e + 1])), *shape[e + 1:])))
+    if e < a:
+        raise b.fail(f"end_axis {fp.end_axis} comes before axis {fp.axis}")
+    b.node(Reshape((-1,), a, e + 1 - a))
 
 
 @layer("Reshape")
@@ -391,19 +393,7 @@ def reshape(b: Builder, L: Layer) -> None:
     if not 0 <= start <= end <= rank:
         raise b.fail(f"axis {rp.axis} / num_axes {rp.num_axes} do not fit a {rank}-D input")
     dims = [int(d) for d in rp.shape.dim]
-    if any(d == 0 and start + i >= rank for i, d in enumerate(dims)):
-        raise b.fail("dim 0 (copy) refers past the input's axes")
-    new = [shape[start + i] if d == 0 else d for i, d in enumerate(dims)]
-    full = list(shape[:start]) + new + list(shape[end:])
-    if full.count(-1) > 1 or any(d < -1 for d in full):
-        raise b.fail(f"invalid shape {dims}")
-    if -1 in full:
-        known = int(np.prod([d for d in full if d != -1]))
-        total = int(np.prod(shape))
-        if known == 0 or total % known:
-            raise b.fail(f"cannot reshape {list(shape)} to {dims}")
-        full[full.index(-1)] = total // known
-    b.node(Reshape(tuple(full)))
+    b.node(Reshape(tuple(dims), start, end - start))
 
 
 @layer("Crop", bottoms=(2, 2))
@@ -415,9 +405,9 @@ def crop(b: Builder, L: Layer) -> None:
     if len(offs) not in (0, 1, n):
         raise b.fail(f"{len(offs)} offsets for {n} cropped axes")
     offs = [0] * n if not offs else offs * n if len(offs) == 1 else offs
-    starts = (0,) * axis + tuple(offs)
-    sizes = tuple(s0[:axis]) + tuple(s1[axis:])
-    b.node(Crop(starts, sizes), [b.x(0)])
+    if len(s1) != len(s0):
+        raise b.fail(f"the reference {list(s1)} and the input {list(s0)} differ in rank")
+    b.node(Crop((0,) * axis + tuple(offs), (0,) * len(s0), axis), [b.x(0), b.x(1)])
 
 
 @layer("Permute")
@@ -435,25 +425,23 @@ def interp(b: Builder, L: Layer) -> None:
         raise b.fail("Interp supports only non-positive pad_beg/pad_end (cropping)")
     x = b.x()
     h_in, w_in = h + ip.pad_beg + ip.pad_end, w + ip.pad_beg + ip.pad_end
-    if (h_in, w_in) != (h, w):
-        n, c = b.shape()[:2]
-        crop_op = Crop((0, 0, -ip.pad_beg, -ip.pad_beg), (n, c, h_in, w_in))
-        x = b.node(crop_op, [x], [b.tmp("crop")]).outputs[0]
-    size = _interp_size(b, ip, h_in, w_in, L)
-    b.node(Resize(size, "bilinear"), [x])
+    if (h_in, w_in) != (h, w):  # negative pads crop, counted from each end
+        pads = ((0, 0), (0, 0), (ip.pad_beg, ip.pad_end), (ip.pad_beg, ip.pad_end))
+        x = b.node(Pad(pads), [x], [b.tmp("crop")]).outputs[0]
+    b.node(_interp(b, ip, L), [x] + ([b.x(1)] if len(L.bottoms) == 2 else []))
 
 
-def _interp_size(b: Builder, ip: Any, h: int, w: int, L: Layer) -> tuple[int, int]:
+def _interp(b: Builder, ip: Any, L: Layer) -> Resize:
+    """Caffe's Interp sizes: the second bottom's, the factors' (from the actual input), or fixed."""
     zoom, shrink = ip.zoom_factor, ip.shrink_factor
     if len(L.bottoms) == 2:
-        return b.shape(1)[2], b.shape(1)[3]
+        return Resize(mode="bilinear")
     if shrink != 1 or zoom != 1:
         if shrink < 1 or zoom < 1:
             raise b.fail("shrink_factor and zoom_factor must be >= 1")
-        h, w = (h - 1) // shrink + 1, (w - 1) // shrink + 1
-        return h + (h - 1) * (zoom - 1), w + (w - 1) * (zoom - 1)
+        return Resize(mode="bilinear", shrink=shrink, zoom=zoom)
     if ip.height and ip.width:
-        return ip.height, ip.width
+        return Resize((ip.height, ip.width), "bilinear")
     raise b.fail("Interp needs height/width, zoom_factor or shrink_factor")
 
 

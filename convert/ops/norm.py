@@ -63,7 +63,7 @@ class LRN(Op):
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         x = ins[0]
-        n, c, h, wd = b.shape(x)
+        c = b.shape(x)[1]
         # ONNX Runtime's LRN refuses alpha, beta or bias <= 0 (Caffe takes any): then the long form
         native = min(self.alpha, self.beta, self.k) > 0
         if native and self.region == "across" and self.size % 2 and self.lead() == (self.size - 1) // 2:
@@ -72,11 +72,11 @@ class LRN(Op):
             return
         sq = b.op("Mul", [x, x])
         if self.region == "across":  # mean over a channel window: pool a (N, 1, C, H*W) view
-            v = b.op("Reshape", [sq, b.const([n, 1, c, h * wd], "int64")])
+            v = b.op("Reshape", [sq, b.const([0, 1, c, -1], "int64")])  # any N, H, W
             before, after = self.lead(), self.size - 1 - self.lead()
             m = b.op("AveragePool", [v], kernel_shape=[self.size, 1], count_include_pad=1,
                      pads=[before, 0, after, 0])
-            m = b.op("Reshape", [m, b.const([n, c, h, wd], "int64")])
+            m = b.op("Reshape", [m, b.op("Shape", [x])])
             scale = b.op("Add", [b.op("Mul", [m, b.const(self.alpha)]), b.const(self.k)])
         else:
             p = (self.size - 1) // 2

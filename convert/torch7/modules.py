@@ -233,7 +233,8 @@ def _window(m: Mod, legacy: bool = False) -> tuple[tuple[int, int], ...]:
     return (kh, kw), (m.int("dH", kh), m.int("dW", kw)), pad
 
 
-def _pooled(b: Builder, m: Mod, x: str, k: tuple, s: tuple, p: tuple, ceil: bool) -> tuple[int, int]:
+def _pooled(b: Builder, m: Mod, x: str, k: tuple, s: tuple, p: tuple, ceil: bool) -> bool:
+    """Whether the pooling drops a last window starting in the padding (the output size rule)."""
     # THNN: ceil or floor, then "ensure that the last pooling starts inside the image" when padded
     # (padW || padH). cudnn.torch computes ceil/floor((n + 2p - k) / s) + 1 and never drops.
     drop = m.cls.startswith("nn.") and any(p)
@@ -241,15 +242,15 @@ def _pooled(b: Builder, m: Mod, x: str, k: tuple, s: tuple, p: tuple, ceil: bool
     if any(pp == 0 and o != pooled_size(n, kk, ss, pp, ceil, False)
            for o, n, kk, ss, pp in zip(out, b.shape(x)[2:], k, s, p)):
         b.note(m, "OpenCV keeps an extra last window on the unpadded axis")
-    return out  # type: ignore[return-value]
+    return drop
 
 
 @module("nn.SpatialMaxPooling", "cudnn.SpatialMaxPooling")
 def max_pool(b: Builder, m: Mod, x: Value) -> Value:
     x = _rank(b, m, x, (4,))
     k, s, p = _window(m)
-    out = _pooled(b, m, x, k, s, p, bool(m.get("ceil_mode", False)))
-    return b.node(m, Pool("max", k, s, p, out), [x])
+    ceil = bool(m.get("ceil_mode", False))
+    return b.node(m, Pool("max", k, s, p, ceil, _pooled(b, m, x, k, s, p, ceil)), [x])
 
 
 @module("nn.SpatialAveragePooling", "cudnn.SpatialAveragePooling")
@@ -258,9 +259,9 @@ def avg_pool(b: Builder, m: Mod, x: Value) -> Value:
     legacy = m.get("ceil_mode") is None  # backwardCompatible(): no padding, padding counted
     k, s, p = _window(m, legacy)
     ceil = bool(m.get("ceil_mode", False))
-    out = _pooled(b, m, x, k, s, p, ceil)
+    drop = _pooled(b, m, x, k, s, p, ceil)
     if m.cls.startswith("cudnn."):
-        return _cudnn_avg(b, m, x, k, s, p, ceil, out)
+        return _cudnn_avg(b, m, x, k, s, p, ceil)
     count = bool(m.get("count_include_pad", True))
     if m.get("count_include_pad") is None and any(p) and not legacy:
         b.note(m, "OpenCV reads a missing count_include_pad as false (Torch7: true)")
@@ -268,18 +269,19 @@ def avg_pool(b: Builder, m: Mod, x: Value) -> Value:
     mode = "avg" if m.get("divide") else "sum"
     if mode == "sum" and not legacy:
         b.note(m, "OpenCV ignores divide = false (it averages where Torch7 sums)")
-    return b.node(m, Pool(mode, k, s, p, out, count), [x])
+    return b.node(m, Pool(mode, k, s, p, ceil, drop, count), [x])
 
 
-def _cudnn_avg(b: Builder, m: Mod, x: str, k: tuple, s: tuple, p: tuple, ceil: bool,
-               out: tuple) -> str:
+def _cudnn_avg(b: Builder, m: Mod, x: str, k: tuple, s: tuple, p: tuple, ceil: bool) -> str:
     # cudnn.torch: `count_include_pad ~= nil and count_include_pad or true` is always true, and
     # divide == false asserts. A round-up window's divisor is cuDNN's own: not reproduced.
     if m.get("divide") is False:
         raise m.fail("divide = false is not supported by cudnn (it asserts)")
-    if ceil and out != _pooled(b, m, x, k, s, p, False):
+    sizes = [[pooled_size(n, kk, ss, pp, c, False) for n, kk, ss, pp in zip(b.shape(x)[2:], k, s, p)]
+             for c in (ceil, False)]
+    if sizes[0] != sizes[1]:
         raise m.fail("ceil mode with a partial last window: cuDNN's divisor for it is unknown")
-    return b.node(m, Pool("avg", k, s, p, out, True), [x])
+    return b.node(m, Pool("avg", k, s, p, ceil, False, True), [x])
 
 
 # --- activations -----------------------------------------------------------------------------
@@ -473,8 +475,8 @@ def instance_softmax(b: Builder, m: Mod, x: Value) -> Value:
         return b.node(m, Softmax(len(s) - 1, log), [x])
     if math.prod(s[2:]) > 1:
         b.note(m, "OpenCV normalizes per pixel; cuDNN's INSTANCE mode over the whole sample")
-    flat = b.node(m, Reshape((s[0], math.prod(s[1:])) if len(s) == 4 else (1, math.prod(s))), [x])
-    return b.node(m, Reshape(s), [b.node(m, Softmax(1, log), [flat])])
+    flat = b.node(m, Reshape((0, -1) if len(s) == 4 else (1, math.prod(s))), [x])
+    return b.node(m, Reshape((0, *s[1:]) if len(s) == 4 else s), [b.node(m, Softmax(1, log), [flat])])
 
 
 # --- shape -----------------------------------------------------------------------------------
@@ -522,7 +524,12 @@ def view(b: Builder, m: Mod, x: Value) -> Value:
             out = (1, *out) if two[0] == 2 and two[1:] == out else out
     except ValueError as e:
         raise m.fail(str(e)) from None
-    return b.node(m, Reshape(out), [x])
+    return b.node(m, Reshape(_batch_kept(s, out)), [x])
+
+
+def _batch_kept(s: tuple, out: tuple) -> tuple[int, ...]:
+    """A reshape's target with its first dim copied (0) when it is the input's batch dim."""
+    return (0, *out[1:]) if len(s) > 1 and len(out) > 1 and out[0] == s[0] else out
 
 
 @module("nn.Reshape")
@@ -535,7 +542,7 @@ def reshape(b: Builder, m: Mod, x: Value) -> Value:
     out = size if single else (s[0], *size)
     if math.prod(out) != math.prod(s):
         raise m.fail(f"cannot reshape {list(s)} to {list(out)}")
-    return b.node(m, Reshape(out), [x])
+    return b.node(m, Reshape(_batch_kept(s, out) if not single else out), [x])
 
 
 @module("nn.Mean", "nn.Sum")
@@ -560,8 +567,11 @@ def narrow(b: Builder, m: Mod, x: Value) -> Value:
         length = s[axis] - start + length + 2
     if length < 1 or start - 1 + length > s[axis]:
         raise m.fail(f"cannot take {length} from offset {start} of a dim of {s[axis]}")
+    if m.int("length", 1) < 0:  # counted from the end at any size: crop both ends
+        around = tuple((1 - start, m.int("length", 1) + 1) if i == axis else (0, 0) for i in range(len(s)))
+        return b.node(m, Pad(around), [x])
     starts = tuple(start - 1 if i == axis else 0 for i in range(len(s)))
-    sizes = tuple(length if i == axis else d for i, d in enumerate(s))
+    sizes = tuple(length if i == axis else 0 for i in range(len(s)))  # 0: the whole dim
     return b.node(m, Crop(starts, sizes), [x])
 
 
@@ -623,8 +633,9 @@ def spatial_pad(b: Builder, m: Mod, x: Value) -> Value:
 def upsample_nearest(b: Builder, m: Mod, x: Value) -> Value:
     x = _rank(b, m, x, (4,))
     f = m.int("scale_factor", m.int("scale", 0) or None)  # older versions call it scale
-    h, w = b.shape(x)[2:]
-    return b.node(m, Resize((h * f, w * f), "nearest"), [x])
+    if f is None or f < 1:
+        raise m.fail(f"scale factor {f} must be a positive integer")
+    return b.node(m, Resize(mode="nearest", scale=f), [x])
 
 
 from . import classic  # noqa: E402,F401  (older classes register themselves)
