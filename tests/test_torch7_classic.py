@@ -287,3 +287,61 @@ def test_opencv_reads_cudnn_softmax_by_class_name(tmp_path: Path) -> None:
     assert res["3"]["status"] == "deviates (known)", res  # not log, though a LogSoftMax
     assert not [r for r in res.values() if r["status"] == "MISMATCH"], res
 
+
+
+LUA_NETS = {  # Lua definitions with these classes, run in the sandbox with seeded weights
+    "unpool": ("local net = nn.Sequential()\n"
+               "local pool = nn.SpatialMaxPooling(2, 2, 2, 2)\n"
+               "net:add(pool):add(nn.SpatialConvolution(3, 3, 3, 3, 1, 1, 1, 1)):add(nn.ReLU())\n"
+               "net:add(nn.SpatialMaxUnpooling(pool))\n"
+               "return net\n", (1, 3, 8, 10)),
+    "demo2013": ("local net = nn.Sequential()\n"
+                 "net:add(nn.SpatialContrastiveNormalization(3, torch.ones(5)))\n"
+                 "net:add(nn.SpatialConvolutionMap(nn.tables.random(3, 8, 2), 5, 5))\n"
+                 "net:add(nn.Tanh())\n"
+                 "net:add(nn.SpatialSubSampling(8, 2, 2, 2, 2))\n"
+                 "net:add(nn.SpatialConvolutionMap(nn.tables.full(8, 4), 3, 3))\n"
+                 "net:add(nn.SpatialSubtractiveNormalization(4, torch.Tensor{{1, 2, 1}, {2, 4, 2}, {1, 2, 1}}))\n"
+                 "net:add(nn.SpatialDivisiveNormalization(4, nil, 0.05))\n"
+                 "local classifier = nn.SpatialClassifier()\n"
+                 "classifier:add(nn.Linear(4, 2)):add(nn.LogSoftMax())\n"
+                 "net:add(nn.SpatialConvolutionMap(nn.tables.oneToOne(4), 1, 1)):add(classifier)\n"
+                 "return net\n", (3, 21, 25)),
+}
+
+
+@pytest.mark.parametrize("name", list(LUA_NETS))
+def test_lua_definitions_convert(name: str, tmp_path: Path) -> None:
+    text, shape = LUA_NETS[name]
+    src = tmp_path / f"{name}.lua"
+    src.write_text(text)
+    loaded = load(src, {"input": shape}, 0, {})
+    report = write(loaded.graph, tmp_path / "out", loaded.extra, loaded.opencv, loaded.known_opencv).report
+    v = report["verification"]["backends"]
+    assert report["status"] == "verified", v
+    if name == "unpool":  # OpenCV reads random.t7, pairing pooling and unpooling by their indices
+        assert v["opencv"]["ok"], v["opencv"]
+
+
+def test_lua_tables_and_refusals() -> None:
+    from convert.torch7.lua import LuaError, run_definition
+
+    def tree(text: str, tmp: Path = Path("/tmp")) -> TorchObject:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+            f.write(text)
+        return run_definition(Path(f.name), None, 3)
+
+    t = tree("return nn.SpatialConvolutionMap(nn.tables.random(6, 5, 2), 3, 3)").fields["connTable"]
+    assert t.shape == (10, 2) and set(t[:, 1]) == {1, 2, 3, 4, 5}
+    for o in range(1, 6):
+        ins = t[t[:, 1] == o, 0]
+        assert len(set(ins)) == 2 and set(ins) <= set(range(1, 7))
+    full = tree("return nn.SpatialConvolutionMap(nn.tables.full(2, 3), 3, 3)").fields
+    assert full["connTable"].tolist() == [[1, 1], [2, 1], [1, 2], [2, 2], [1, 3], [2, 3]]
+    assert (full["nInputPlane"], full["nOutputPlane"]) == (2, 3) and full["weight"].shape == (6, 3, 3)
+    with pytest.raises(LuaError, match="values are not known"):
+        tree("return nn.SpatialSubtractiveNormalization(3, torch.Tensor(7):fill(1))")
+    with pytest.raises(LuaError, match="nn.SpatialMaxPooling"):
+        tree("return nn.SpatialMaxUnpooling(nn.ReLU())")

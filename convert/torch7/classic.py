@@ -8,6 +8,7 @@ torch/nn (Lua + THNN), clementfarabet/lua---nnx, Element-Research/dpnn.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -61,10 +62,19 @@ def max_unpool(b: Builder, m: Mod, x: Value) -> Value:
 
 # --- convolutions with fixed structure -------------------------------------------------------
 
+def _spatial(b: Builder, m: Mod, x: Value, make: Callable[[str], str]) -> str:
+    """Torch7's spatial modules take a (C, H, W) input as one sample: run ``make`` on a batch of one."""
+    x = _rank(b, m, x, (3, 4))
+    s = b.shape(x)
+    if len(s) == 4:
+        return make(x)
+    y = make(b.node(m, Reshape((1, *s)), [x]))
+    return b.node(m, Reshape(b.shape(y)[1:]), [y])
+
+
 @module("nn.SpatialSubSampling")
 def subsampling(b: Builder, m: Mod, x: Value) -> Value:
     """y[c] = bias[c] + weight[c] * (sum of x[c] over each kW x kH window): a depthwise conv."""
-    x = _rank(b, m, x, (4,))
     kh, kw = m.int("kH"), m.int("kW")
     w, bias = b.weight(m, "weight").reshape(-1), b.weight(m, "bias").reshape(-1)
     c = m.int("nInputPlane", w.size)
@@ -72,7 +82,7 @@ def subsampling(b: Builder, m: Mod, x: Value) -> Value:
         raise m.fail(f"weight {w.size} and bias {bias.size} values for {c} planes")
     kernel = w[:, None, None, None] * np.ones((1, 1, kh, kw), np.float32)
     op = Conv((kh, kw), (m.int("dH", 1), m.int("dW", 1)), group=c)
-    return b.node(m, op, [x], {"weight": kernel, "bias": bias})
+    return _spatial(b, m, x, lambda v: b.node(m, op, [v], {"weight": kernel, "bias": bias}))
 
 
 def _table(m: Mod, w: np.ndarray) -> np.ndarray:
@@ -100,7 +110,6 @@ def _groups(t: np.ndarray, n_in: int, n_out: int) -> int:
 def conv_map(b: Builder, m: Mod, x: Value) -> Value:
     """y[o] = bias[o] + sum over connections k = (i, o) of xcorr(x[i], weight[k]) (valid, strided):
     a convolution whose weight is zero where the table has no connection (grouped when it can)."""
-    x = _rank(b, m, x, (4,))
     kh, kw = m.int("kH"), m.int("kW")
     w, bias = b.weight(m, "weight"), b.weight(m, "bias").reshape(-1)
     if w.size % (kh * kw):
@@ -115,7 +124,8 @@ def conv_map(b: Builder, m: Mod, x: Value) -> Value:
     g = _groups(t, n_in, n_out)
     blocks = [dense[o, (o // (n_out // g)) * (n_in // g):][:n_in // g] for o in range(n_out)]
     op = Conv((kh, kw), (m.int("dH", 1), m.int("dW", 1)), group=g)
-    return b.node(m, op, [x], {"weight": np.stack(blocks).astype(np.float32), "bias": bias})
+    weights = {"weight": np.stack(blocks).astype(np.float32), "bias": bias}
+    return _spatial(b, m, x, lambda v: b.node(m, op, [v], weights))
 
 
 # --- local contrast normalization ------------------------------------------------------------
@@ -147,12 +157,13 @@ def _local(b: Builder, m: Mod, x: Value, ops: list[LocalNorm]) -> Value:
 
 
 def _apply(b: Builder, m: Mod, x: str, ops: list[LocalNorm], kernel: np.ndarray) -> str:
-    """Apply the ops on a 4-D view of a (C, H, W) or (N, C, H, W) input."""
-    s = b.shape(x)
-    y = x if len(s) == 4 else b.node(m, Reshape((1, *s)), [x])
-    for op in ops:
-        y = b.node(m, op, [y], {"kernel": kernel})
-    return y if len(s) == 4 else b.node(m, Reshape(s), [y])
+    """Apply the ops in turn to a (C, H, W) or (N, C, H, W) input."""
+    def chain(y: str) -> str:
+        for op in ops:
+            y = b.node(m, op, [y], {"kernel": kernel})
+        return y
+
+    return _spatial(b, m, x, chain)
 
 
 def _divisive(m: Mod) -> LocalNorm:

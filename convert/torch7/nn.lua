@@ -466,6 +466,109 @@ local Sum = class("Sum", Module, function(self, dimension, nInputDims, sizeAvera
 end)
 class("Mean", Sum, function(self, dimension, nInputDims) Sum.__init(self, dimension, nInputDims, true) end)
 
+-- The older classes (2013 demos, ENet): connection tables, fixed-structure convolutions, local contrast
+-- normalization, unpooling, the nnx per-pixel classifier.
+local function conn_table(pairs)  -- an N x 2 tensor of 1-based (input plane, output plane) pairs
+   local t = tensor(state.default_type, "data", nil, #pairs, 2)
+   t._data = {}
+   for _, p in ipairs(pairs) do insert(t._data, p[1]); insert(t._data, p[2]) end
+   return t
+end
+local function randperm(n)  -- the sandbox's seeded math.random stands in for torch.randperm
+   local p = {}
+   for i = 1, n do p[i] = i end
+   for i = n, 2, -1 do
+      local j = math.random(i)
+      p[i], p[j] = p[j], p[i]
+   end
+   return p
+end
+nn.tables = {}
+function nn.tables.full(nin, nout)
+   local pairs = {}
+   for o = 1, nout do for i = 1, nin do insert(pairs, {i, o}) end end
+   return conn_table(pairs)
+end
+function nn.tables.oneToOne(n)
+   local pairs = {}
+   for i = 1, n do insert(pairs, {i, i}) end
+   return conn_table(pairs)
+end
+function nn.tables.random(nin, nout, nto)  -- nn's scheme: each output reads nto inputs, chunks of permutations
+   local pairs, perm, chunk, chunks = {}, randperm(nin), 0, floor(nin / nto)
+   if chunks < 1 then fail("nn.tables.random: nto = %s exceeds nin = %s", tostring(nto), tostring(nin)) end
+   for o = 1, nout do
+      for j = 1, nto do insert(pairs, {perm[chunk * nto + j], o}) end
+      chunk = chunk + 1
+      if chunk == chunks then perm, chunk = randperm(nin), 0 end
+   end
+   return conn_table(pairs)
+end
+class("SpatialConvolutionMap", Module, function(self, conMatrix, kW, kH, dW, dH)
+   Module.__init(self)
+   local data = type(conMatrix) == "table" and rawget(conMatrix, "_data")
+   if not data or #conMatrix._size ~= 2 or conMatrix._size[2] ~= 2 then
+      fail("nn.SpatialConvolutionMap: the connection table must be an N x 2 tensor built from values "
+           .. "(nn.tables.full/oneToOne/random or torch.Tensor{{...}})")
+   end
+   self.kW, self.kH = number(kW, "kW", "SpatialConvolutionMap"), number(kH, "kH", "SpatialConvolutionMap")
+   self.dW, self.dH, self.connTable = dW or 1, dH or 1, conMatrix
+   self.nInputPlane, self.nOutputPlane = 0, 0
+   for i = 1, #data, 2 do
+      self.nInputPlane, self.nOutputPlane = math.max(self.nInputPlane, data[i]), math.max(self.nOutputPlane, data[i + 1])
+   end
+   local n = conMatrix._size[1]
+   self.weight = param("he", kW * kH * n / math.max(self.nOutputPlane, 1), n, kH, kW)
+   self.bias = param("bias", nil, self.nOutputPlane)
+end)
+class("SpatialSubSampling", Module, function(self, nInputPlane, kW, kH, dW, dH)
+   Module.__init(self)
+   self.nInputPlane = number(nInputPlane, "nInputPlane", "SpatialSubSampling")
+   self.kW, self.kH, self.dW, self.dH = kW, kH, dW or 1, dH or 1
+   self.weight = param("he", kW * kH, nInputPlane)
+   self.bias = param("bias", nil, nInputPlane)
+end)
+local function lcn_kernel(kernel, cls)  -- nn's default: a 9x9 kernel of ones
+   if kernel == nil then return tensor(state.default_type, "ones", nil, 9, 9) end
+   if torch_type(kernel) ~= "torch.Tensor" or not (rawget(kernel, "_data") or kernel._init == "ones") then
+      fail("nn.%s: the kernel's values are not known in a definition: build it with torch.ones(...) or "
+           .. "torch.Tensor{...} (values set by methods such as fill are not recorded)", cls)
+   end
+   return kernel
+end
+local function lcn(name, divisive)
+   class(name, Module, function(self, nInputPlane, kernel, threshold, thresval)
+      Module.__init(self)
+      self.nInputPlane, self.kernel = nInputPlane or 1, lcn_kernel(kernel, name)
+      if divisive then
+         self.threshold = threshold or 1e-4
+         self.thresval = thresval or threshold or 1e-4
+      end
+   end)
+end
+lcn("SpatialSubtractiveNormalization", false)
+lcn("SpatialDivisiveNormalization", true)
+lcn("SpatialContrastiveNormalization", true)
+class("SpatialMaxUnpooling", Module, function(self, pooling)
+   Module.__init(self)
+   if typename(pooling) ~= "nn.SpatialMaxPooling" then
+      fail("nn.SpatialMaxUnpooling: the argument must be an nn.SpatialMaxPooling module")
+   end
+   -- the two share one indices tensor, as after a forward in Torch7 (OpenCV pairs them by it)
+   pooling.indices = rawget(pooling, "indices") or tensor("torch.LongTensor", "zeros", nil, 1)
+   self.pooling, self.indices = pooling, pooling.indices
+end)
+local Classifier = class("SpatialClassifier", Container, function(self, classifier)
+   Container.__init(self)
+   self.classifier = classifier or nn.Sequential()
+   self.spatialOutput = true
+   self.modules = {self.classifier}
+end)
+function Classifier:add(m)
+   self.classifier:add(m)
+   return self
+end
+
 -- Any other class: recorded with its raw constructor arguments, so that the converter can name
 -- every unsupported class of a model at once instead of failing at the first.
 local function unknown(prefix)
