@@ -457,3 +457,6 @@ def argmax(b: Builder, L: Layer) -> None:
     if ap.top_k < 1:
         raise b.fail("top_k must be at least 1")
     b.node(ArgMax(ap.top_k, axis, ap.out_max_val))
+
+
+from . import ssd  # noqa: E402,F401  (SSD PriorBox and DetectionOutput register themselves)

@@ -42,6 +42,8 @@ def known_deviations(layers: list[Layer]) -> list[str]:
             notes.append(f"{L.name}: OpenCV ignores the dilation of a Deconvolution")
         if L.type == "Deconvolution" and _crops_past_kernel(cv):
             notes.append(f"{L.name}: OpenCV misplaces a Deconvolution whose pad exceeds kernel - 1")
+        if L.type == "PriorBox" and not p.prior_box_param.has("clip"):
+            notes.append(f"{L.name}: OpenCV clips prior boxes when clip is not given (Caffe's default is false)")
     return notes
 
 
