@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import reference
+from . import detections, reference
 from .ir import Graph, Shape, release_mapped
 from .isolate import IsolatedError
 from .limits import over_budget
@@ -48,14 +48,19 @@ def metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     return d
 
 
-def compare(ref: dict[str, np.ndarray], outs: dict[str, np.ndarray], tol: float) -> dict[str, Any]:
-    per = {k: metrics(ref[k], outs[k]) for k in ref}
+def compare(ref: dict[str, np.ndarray], outs: dict[str, np.ndarray], tol: float,
+            dets: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``dets``: outputs that are detection lists (compared by ``detections.metrics``)."""
+    per = {k: (detections.metrics if k in dets else metrics)(ref[k], outs[k]) for k in ref}
     agg: dict[str, Any] = {"max_rel": max(m["max_rel"] for m in per.values()),
                            "rel_l2": max(m["rel_l2"] for m in per.values())}
     tops = [m["top1"] for m in per.values() if "top1" in m]
     if tops:
         agg["top1"] = min(tops)
     agg["ok"] = bool(agg["max_rel"] <= tol)
+    if dets & set(per):
+        agg["compare"] = {k: f"{per[k]['compare']}, atol {tol:g}: {per[k]['detections']} found"
+                          for k in per if k in dets}
     if len(per) > 1:
         agg["outputs"] = per
     return agg
@@ -183,7 +188,8 @@ def verify(g: Graph, art: Path, opencv: Callable[[dict[str, np.ndarray]], dict[s
         backends.append(("opencv", lambda: opencv(feeds)))
     declared = inputs == g.inputs  # at another size, a backend failing is a finding, not a crash
     for name, fn in backends:
-        report["backends"][name] = _check_backend(name, fn, ref, tol, known_opencv or [], declared)
+        report["backends"][name] = _check_backend(name, fn, ref, tol, known_opencv or [], declared,
+                                                    detections.outputs(g))
         gc.collect()
     if hasattr(opencv, "peak_rss_bytes"):  # its own process
         report["backends"]["opencv"]["peak_rss_bytes"] = opencv.peak_rss_bytes
@@ -207,7 +213,8 @@ def _locate_quietly(g: Graph, art: Path, feeds: dict[str, np.ndarray], tol: floa
 
 
 def _check_backend(name: str, fn: Callable[[], dict[str, np.ndarray]], ref: dict[str, np.ndarray],
-                   tol: float, known: list[str], declared: bool = True) -> dict[str, Any]:
+                   tol: float, known: list[str], declared: bool = True,
+                   dets: frozenset[str] = frozenset()) -> dict[str, Any]:
     try:
         outs = fn()
     except IsolatedError as e:  # the independent importer refused or crashed: reported, not fatal
@@ -221,7 +228,7 @@ def _check_backend(name: str, fn: Callable[[], dict[str, np.ndarray]], ref: dict
         return {"ok": False, "reason": f"outputs missing: {missing}"}
     if not outs:
         return {"status": "refused", "reason": "none of the outputs can be fetched"}
-    res = compare({k: v for k, v in ref.items() if k in outs}, outs, tol)
+    res = compare({k: v for k, v in ref.items() if k in outs}, outs, tol, dets)
     if missing:
         res["not_compared"] = missing
     if name == "opencv" and not res["ok"] and known:
