@@ -61,6 +61,8 @@ CASES: dict[str, tuple[str | bytes, str]] = {
     "BatchNorm on 1-D": (VEC + one("BatchNorm"), "'bad'"),
     "MVN on 1-D": (VEC + one("MVN"), "'bad'"),
     "reshape copies a missing axis": (IN + one("Reshape", "reshape_param { shape { " + "dim: 0 " * 5 + "} }"), "'bad'"),
+    "BatchNorm eps -1": (IN + one("BatchNorm", "batch_norm_param { eps: -1 }"), "'bad'"),
+    "batch statistics, eps 0": (IN + one("BatchNorm", "batch_norm_param { use_global_stats: false eps: 0 }"), "'bad'"),
     "negative_slope nan": (IN + one("ReLU", "relu_param { negative_slope: nan }"), "'bad'"),
     "negative_slope inf": (IN + one("ReLU", "relu_param { negative_slope: inf }"), "'bad'"),
     "power -inf": (IN + one("Power", "power_param { shift: -inf }"), "'bad'"),

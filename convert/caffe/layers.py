@@ -190,12 +190,14 @@ def batch_norm(b: Builder, L: Layer) -> None:
     if len(b.shape()) < 2:
         raise b.fail(f"needs an input with channels, got {list(b.shape())}")
     bp, c = L.p.batch_norm_param, b.shape()[1]
+    batch = bp.has("use_global_stats") and not bp.use_global_stats
+    if bp.eps < 0 or (batch and bp.eps == 0):  # PyTorch needs eps > 0 for batch statistics
+        raise b.fail(f"eps must be positive{'' if batch else ' or 0'}, got {bp.eps}")
     mean, var, factor = b.blobs([("mean", (c,), 0), ("var", (c,), 0), ("factor", (1,), 0)])
     f = float(factor.reshape(-1)[0])
     with np.errstate(over="ignore", invalid="ignore"):  # a tiny factor: refused below, quietly
         inv = np.float32(0 if f == 0 else 1 / np.float32(f))  # Caffe: stored sums / factor (0 -> 0)
         w = {"mean": (mean * inv).astype(np.float32), "var": (var * inv).astype(np.float32)}
-    batch = bp.has("use_global_stats") and not bp.use_global_stats
     if not batch and not (np.isfinite(w["mean"]).all() and np.isfinite(w["var"]).all()
                           and (w["var"] + np.float32(bp.eps) >= 0).all()):
         raise b.fail(f"mean and variance (stored sums over the scale factor {f:g}) must be finite, "
