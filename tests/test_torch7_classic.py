@@ -345,3 +345,21 @@ def test_lua_tables_and_refusals() -> None:
         tree("return nn.SpatialSubtractiveNormalization(3, torch.Tensor(7):fill(1))")
     with pytest.raises(LuaError, match="nn.SpatialMaxPooling"):
         tree("return nn.SpatialMaxUnpooling(nn.ReLU())")
+
+
+@pytest.mark.parametrize("k,pad,ceil", [(3, 1, True), (2, 0, True), (2, 1, False)])
+def test_unpool_onnx_at_any_size(k: int, pad: int, ceil: bool, tmp_path: Path) -> None:
+    """The ONNX file sizes round-up windows in the graph: right at sizes it was not converted at."""
+    import onnxruntime as ort
+
+    from convert import reference
+
+    tree = unpool_net(k, pad, ceil)
+    report = convert_tree(tree, (1, 3, 7, 9), tmp_path)
+    assert report["dynamic"]["spatial"], report["dynamic"]
+    sess = ort.InferenceSession(str(tmp_path / "out" / "model.onnx"))
+    g = build(tree, (1, 3, 7, 9), "test.t7").g
+    for h, wd in [(8, 9), (9, 10), (10, 11), (11, 6), (13, 8)]:
+        x = R.standard_normal((2, 3, h, wd)).astype(np.float32)
+        want = reference.run(g, {"input": x.astype(np.float64)})["output"]
+        np.testing.assert_allclose(sess.run(None, {"input": x})[0], want, rtol=1e-5, atol=1e-5)

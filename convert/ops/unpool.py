@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from .pool import pooled_size
+from .pool import Pool, pooled_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +79,16 @@ class MaxUnpool(Op):
         return f"F.max_unpool2d({args[0]}, {idx}, {k}, {s}, {p}, output_size={args[1]}.shape[2:])"
 
     def onnx(self, b, ins, outs, w) -> None:  # type: ignore[no-untyped-def]
-        h, wd = b.shape(ins[1])[2:]
-        ends = [max(0, (o - 1) * s + k - n - p) if self.ceil else p for o, s, k, n, p in
-                zip(self.pooled(h, wd), self.stride, self.kernel, (h, wd), self.pad)]
-        k, s = list(self.kernel), list(self.stride)
-        pads = [*self.pad, *ends]
+        k, s, src = list(self.kernel), list(self.stride), ins[1]
+        if self.ceil:  # round-up windows: -inf end padding sized in the graph, cropped off at the end
+            ends = Pool("max", self.kernel, self.stride, self.pad, True, True)._onnx_ends(b, src)
+            src = b.op("Pad", [src, b.op("Concat", [b.const([0] * 6, "int64"), ends], axis=0),
+                               b.const(-np.inf)])
+        pads = [*self.pad, *(self.pad if not self.ceil else (0, 0))]
         vals, idx = b.fresh("pooled"), b.fresh("indices")
-        b.op("MaxPool", [ins[1]], [vals, idx], kernel_shape=k, strides=s, pads=pads)
-        size = b.op("Shape", [ins[1]])
-        b.op("MaxUnpool", [ins[0], idx, size], outs, kernel_shape=k, strides=s, pads=pads)
+        b.op("MaxPool", [src], [vals, idx], kernel_shape=k, strides=s, pads=pads)
+        y = b.op("MaxUnpool", [ins[0], idx, b.op("Shape", [src])], None if self.ceil else outs,
+                 kernel_shape=k, strides=s, pads=pads)
+        if self.ceil:
+            hw = b.op("Shape", [ins[1]], start=2)
+            b.op("Slice", [y, b.const([0, 0], "int64"), hw, b.const([2, 3], "int64")], outs)
