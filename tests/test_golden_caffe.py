@@ -17,10 +17,12 @@ GOLDEN = CORPUS / "caffe-golden"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.prototxt") if (GOLDEN / f"{p.stem}.npy").exists()) \
     if GOLDEN.exists() else []
 # Cases with a reference output whose layers zoo does not convert (the note lists them).
-UNSUPPORTED = {"net_roi_pooling": "ROIPooling (detection layer)"}
+UNSUPPORTED: dict[str, str] = {}
 
 
 def feeds(name: str) -> dict[str, np.ndarray]:
+    if (GOLDEN / f"{name}.rois.npy").exists():  # ROIPooling: the feature map and its rois
+        return {"input": np.load(GOLDEN / f"{name}.input.npy"), "rois": np.load(GOLDEN / f"{name}.rois.npy")}
     if (GOLDEN / f"{name}.input.npy").exists():
         return {"input": np.load(GOLDEN / f"{name}.input.npy")}
     if (GOLDEN / f"{name}.input_0.npy").exists():

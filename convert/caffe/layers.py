@@ -461,4 +461,6 @@ def argmax(b: Builder, L: Layer) -> None:
     b.node(ArgMax(ap.top_k, axis, ap.out_max_val))
 
 
+from . import rcnn  # noqa: E402,F401  (R-CNN and fork layers register themselves)
+
 from . import ssd  # noqa: E402,F401  (SSD PriorBox and DetectionOutput register themselves)

@@ -20,8 +20,14 @@ def known_deviations(layers: list[Layer]) -> list[str]:
     Each was confirmed against Caffe's formulas with the float64 reference, PyTorch and ONNX
     Runtime agreeing (tests/test_caffe_layers.py)."""
     notes = []
+    made = {t for L in layers for t in L.tops if L.type != "Input"}
     for L in layers:
         p = L.p
+        if L.type in ("ROIPooling", "PSROIPooling") and len(L.bottoms) > 1 and L.bottoms[1] not in made:
+            notes.append(f"{L.name}: OpenCV reads outside the feature map for a roi whose batch index is "
+                         "not in [0, N) (Caffe aborts, zoo gives 0); seeded random rois have such indices")
+        if L.type == "Axpy":  # Caffe (hujie's axpy_layer.cpp): bottom[0] * bottom[1] + bottom[2]
+            notes.append(f"{L.name}: OpenCV computes Axpy as bottom[0] * bottom[2] + bottom[1]")
         if L.type == "LRN" and p.lrn_param.norm_region == "ACROSS_CHANNELS" and p.lrn_param.k != 1:
             notes.append(f"{L.name}: OpenCV ignores k of an ACROSS_CHANNELS LRN")
         pp = p.pooling_param
