@@ -257,6 +257,9 @@ def load(prototxt: Path, weights: Path | None = None,
         log.warning("%s: training-only layers left out: %s", path,
                     ", ".join(f"{L.name} ({L.type})" for L in dropped))
     layers = [L for L in layers if L.type not in DROPPED]
+    for L in layers:  # py-faster-rcnn's proposal layer computes (other Python layers feed data)
+        if L.type == "Python" and L.p.python_param.layer == "ProposalLayer":
+            L.type = "Python.ProposalLayer"
     from .layers import LAYERS
 
     untyped = [L for L in layers if not L.type]

@@ -6,9 +6,12 @@ Imported at the end of ``layers.py``: the functions register themselves there.
 
 from __future__ import annotations
 
+import ast
+from typing import Any
+
 from ..ops.act import Clip
 from ..ops.fork import Axpy, ShuffleChannel
-from ..ops.roi import ROIPool
+from ..ops.roi import Proposal, ROIPool, generate_anchors
 from ..ops.shape import Resize
 from .frontend import Builder
 from .layers import layer, lrn
@@ -38,6 +41,58 @@ def roi_pooling(b: Builder, L: Layer) -> None:
     if not p.spatial_scale > 0:
         raise b.fail(f"spatial_scale must be positive, got {p.spatial_scale}")
     b.node(ROIPool((p.pooled_h, p.pooled_w), p.spatial_scale))
+
+
+def _proposal(b: Builder, L: Layer, q: dict[str, Any]) -> None:
+    _need_4d(b)
+    _need_4d(b, 1)
+    ratios, scales = tuple(float(r) for r in q["ratios"]), tuple(float(s) for s in q["scales"])
+    if not ratios or not scales or min(ratios + scales) <= 0:
+        raise b.fail(f"ratios {list(ratios)} and scales {list(scales)} must be positive and not empty")
+    if q["feat_stride"] <= 0 or q["base_size"] <= 0:
+        raise b.fail(f"feat_stride {q['feat_stride']} and base_size {q['base_size']} must be positive")
+    anchors = tuple(tuple(float(v) for v in a) for a in generate_anchors(q["base_size"], ratios, scales))
+    op = Proposal(anchors, float(q["feat_stride"]), float(q["min_size"]), int(q["pre_nms_topn"]),
+                  int(q["post_nms_topn"]), float(q["nms_thresh"]), with_scores=len(L.tops) == 2)
+    b.node(op)
+
+
+@layer("Proposal", bottoms=(3, 3), tops=(1, 2))
+def proposal(b: Builder, L: Layer) -> None:
+    p = L.p.proposal_param
+    q = {k: getattr(p, k) for k in ("feat_stride", "base_size", "min_size", "pre_nms_topn", "post_nms_topn",
+                                    "nms_thresh")}
+    q["ratios"] = list(p.ratio) or [0.5, 1.0, 2.0]
+    q["scales"] = list(p.scale) or [8.0, 16.0, 32.0]
+    _proposal(b, L, q)
+
+
+PY_DEFAULTS = {"feat_stride": 16, "base_size": 16, "min_size": 16, "pre_nms_topn": 6000, "post_nms_topn": 300,
+               "nms_thresh": 0.7, "ratios": [0.5, 1, 2], "scales": [8, 16, 32]}
+
+
+def _numbers(v: Any, listed: bool) -> bool:
+    number = (int, float)
+    if listed:
+        return isinstance(v, list | tuple) and all(isinstance(x, number) and not isinstance(x, bool) for x in v)
+    return isinstance(v, number) and not isinstance(v, bool)
+
+
+@layer("Python.ProposalLayer", bottoms=(3, 3), tops=(1, 2))
+def python_proposal(b: Builder, L: Layer) -> None:
+    """py-faster-rcnn's rpn.proposal_layer: param_str is a Python dict literal ("'feat_stride': 16"),
+    read with ast.literal_eval (never evaluated); the NMS settings are its cfg.TEST defaults."""
+    text = ", ".join(line.strip() for line in L.p.python_param.param_str.splitlines() if line.strip())
+    try:  # py-faster-rcnn reads it as YAML; its one-line form is a dict literal without braces
+        given = ast.literal_eval(text if text.startswith("{") else "{" + text + "}")
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise b.fail(f"param_str {text[:80]!r} is not a Python dict literal") from None
+    if not isinstance(given, dict) or any(k not in PY_DEFAULTS for k in given):
+        raise b.fail(f"param_str {text[:80]!r}: expected keys among {', '.join(PY_DEFAULTS)}")
+    q = PY_DEFAULTS | given
+    if not all(_numbers(v, k in ("ratios", "scales")) for k, v in q.items()):
+        raise b.fail(f"param_str {text[:80]!r}: numbers (lists of numbers for ratios, scales) expected")
+    _proposal(b, L, q)
 
 
 # --- fork layers -------------------------------------------------------------------------------

@@ -144,3 +144,168 @@ def roi_max_pool(x, rois, pooled, scale):
     empty = (he <= hs)[:, None, :, None] | (we <= ws)[:, None, None, :] | ~ok[:, None, None, None]
     return torch.where(empty, 0.0, y)
 ''')
+
+
+def generate_anchors(base: int, ratios: tuple[float, ...], scales: tuple[float, ...]) -> np.ndarray:
+    """py-faster-rcnn's anchors (A, 4): per ratio (width rounded, height = round(width * ratio),
+    area kept near base²), then per scale, all centred on the base box [0, 0, base - 1, base - 1]."""
+    ctr = (base - 1) / 2
+    res = []
+    for r in ratios:
+        w = np.round(np.sqrt(base * base / r))
+        h = np.round(w * r)
+        for s in scales:
+            res.append([ctr - (w * s - 1) / 2, ctr - (h * s - 1) / 2, ctr + (w * s - 1) / 2, ctr + (h * s - 1) / 2])
+    return np.array(res, np.float64)
+
+
+def nms_keep(boxes: np.ndarray, thresh: float, limit: int) -> list[int]:
+    """Greedy NMS over boxes sorted by score (py-faster-rcnn's: areas with +1, a box is dropped
+    unless its overlap with a kept one is <= thresh, so a NaN overlap drops it); at most limit."""
+    x1, y1, x2, y2 = boxes.T
+    area = (x2 - x1 + 1) * (y2 - y1 + 1)
+    removed = np.zeros(len(boxes), bool)
+    keep: list[int] = []
+    for i in range(len(boxes)):
+        if removed[i]:
+            continue
+        keep.append(i)
+        if len(keep) == limit:
+            break
+        w = np.maximum(0.0, np.minimum(x2[i], x2) - np.maximum(x1[i], x1) + 1)
+        h = np.maximum(0.0, np.minimum(y2[i], y2) - np.maximum(y1[i], y1) + 1)
+        inter = w * h
+        with np.errstate(invalid="ignore", divide="ignore"):
+            removed |= ~(inter / (area[i] + area - inter) <= thresh)
+    return keep
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal(Op):
+    """Faster R-CNN's region proposals (py-faster-rcnn's ProposalLayer; Caffe's C++ Proposal).
+
+    Inputs: scores (1, 2A, H, W) (the last A channels are the objectness), deltas (1, 4A, H, W),
+    im_info (1, 3+) = [height, width, scale]. Anchor a at cell (y, x) is anchors[a] shifted by
+    stride * (x, y, x, y); decoded with the +1 widths (ctr = x1 + w/2; w' = exp(dw) w; box =
+    ctr' ± w'/2), clipped to [0, width - 1] x [0, height - 1], kept when both sides (+1) are at
+    least min_size * scale, sorted by score (descending, ties by position: y, x, a), the first
+    ``pre`` taken, greedy NMS (+1 areas) at ``thresh``, the first ``post`` kept.
+
+    Output: a fixed (rows, 5) block [0, x1, y1, x2, y2] (and scores (rows, 1)), rows = post (or
+    pre, or H * W * A when those are <= 0); rows past the proposals found are 0, as OpenCV gives
+    them (py-faster-rcnn returns only the rows found).
+    """
+
+    kind = "proposal"
+    anchors: tuple[tuple[float, float, float, float], ...]
+    stride: float
+    min_size: float
+    pre: int
+    post: int
+    thresh: float
+    with_scores: bool = False
+
+    def batch_free(self, shapes: list[Shape]) -> bool:
+        return False  # one image (py-faster-rcnn: "only single item batches are supported")
+
+    def rows(self, h: int, w: int) -> int:
+        return next(n for n in (self.post, self.pre, h * w * len(self.anchors)) if n > 0)
+
+    def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
+        s, d, info = shapes
+        a = len(self.anchors)
+        if len(s) != 4 or s[0] != 1 or s[1] != 2 * a:
+            raise ShapeError(f"scores must be (1, {2 * a}, H, W) for {a} anchors, got {list(s)}")
+        if tuple(d) != (1, 4 * a, *s[2:]):
+            raise ShapeError(f"deltas must be (1, {4 * a}, {s[2]}, {s[3]}), got {list(d)}")
+        if len(info) < 2 or info[0] != 1 or info[1] < 3 or any(n != 1 for n in info[2:]):
+            raise ShapeError(f"im_info must be (1, 3): height, width, scale; got {list(info)}")
+        n = self.rows(*s[2:])
+        return [(n, 5), (n, 1)] if self.with_scores else [(n, 5)]
+
+    def decoded(self, scores: np.ndarray, deltas: np.ndarray, info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every anchor's clipped box (K * A, 4) and objectness (K * A,), in (y, x, a) order."""
+        a = len(self.anchors)
+        h, w = scores.shape[2:]
+        sx, sy = np.meshgrid(np.arange(w) * self.stride, np.arange(h) * self.stride)
+        shifts = np.stack([sx, sy, sx, sy], -1).reshape(-1, 1, 4)
+        anchors = (np.array(self.anchors) + shifts).reshape(-1, 4)
+        dl = deltas[0].reshape(a, 4, h, w).transpose(2, 3, 0, 1).reshape(-1, 4)
+        score = scores[0, a:].transpose(1, 2, 0).reshape(-1)
+        bw, bh = anchors[:, 2] - anchors[:, 0] + 1, anchors[:, 3] - anchors[:, 1] + 1
+        cx, cy = anchors[:, 0] + 0.5 * bw + dl[:, 0] * bw, anchors[:, 1] + 0.5 * bh + dl[:, 1] * bh
+        with np.errstate(over="ignore"):
+            pw, ph = np.exp(dl[:, 2]) * bw, np.exp(dl[:, 3]) * bh
+        box = np.stack([cx - 0.5 * pw, cy - 0.5 * ph, cx + 0.5 * pw, cy + 0.5 * ph], 1)
+        hi = np.array([info[1] - 1, info[0] - 1, info[1] - 1, info[0] - 1])
+        return np.maximum(np.minimum(box, hi), 0), score
+
+    def reference(self, xs: list[np.ndarray], w: dict[str, np.ndarray]) -> list[np.ndarray]:
+        info = xs[2].reshape(-1)
+        box, score = self.decoded(xs[0], xs[1], info)
+        least = self.min_size * info[2]
+        ok = np.flatnonzero((box[:, 2] - box[:, 0] + 1 >= least) & (box[:, 3] - box[:, 1] + 1 >= least))
+        order = ok[np.argsort(-score[ok], kind="stable")]
+        order = order[:self.pre] if self.pre > 0 else order
+        n = self.rows(*xs[0].shape[2:])
+        keep = order[nms_keep(box[order], self.thresh, n)]
+        rois, scores = np.zeros((n, 5)), np.zeros((n, 1))
+        rois[:len(keep), 1:] = box[keep]
+        scores[:len(keep), 0] = score[keep]
+        return [rois, scores] if self.with_scores else [rois]
+
+    def torch(self, args: list[str], mod: str, shapes: list[Shape]) -> str:
+        anchors = [list(map(fmt, a)) for a in self.anchors]
+        call = (f"proposal({', '.join(args)}, torch.tensor([{', '.join('[' + ', '.join(a) + ']' for a in anchors)}]), "
+                f"{fmt(self.stride)}, {fmt(self.min_size)}, {self.pre}, {self.post}, {fmt(self.thresh)})")
+        return call if self.with_scores else f"{call}[0]"
+
+    def onnx(self, b, ins, outs, w) -> None:  # type: ignore[no-untyped-def]
+        from .roi_onnx import proposal_onnx
+
+        proposal_onnx(self, b, ins, outs)
+
+
+helper("proposal", '''
+def proposal(scores, deltas, im_info, anchors, stride, min_size, pre, post, thresh):
+    """Faster R-CNN proposals (py-faster-rcnn): (rows, 5) [0, x1, y1, x2, y2] and (rows, 1) scores,
+    rows past the proposals found are 0."""
+    a, (h, w) = anchors.shape[0], scores.shape[2:]
+    dev, info = scores.device, im_info.reshape(-1).float()
+    ys, xs = torch.meshgrid(torch.arange(h, device=dev) * stride, torch.arange(w, device=dev) * stride, indexing="ij")
+    shifts = torch.stack([xs, ys, xs, ys], -1).reshape(-1, 1, 4).float()
+    anc = (anchors.to(dev) + shifts).reshape(-1, 4)
+    d = deltas[0].reshape(a, 4, h, w).permute(2, 3, 0, 1).reshape(-1, 4)
+    score = scores[0, a:].permute(1, 2, 0).reshape(-1)
+    bw, bh = anc[:, 2] - anc[:, 0] + 1, anc[:, 3] - anc[:, 1] + 1
+    cx, cy = anc[:, 0] + 0.5 * bw + d[:, 0] * bw, anc[:, 1] + 0.5 * bh + d[:, 1] * bh
+    pw, ph = torch.exp(d[:, 2]) * bw, torch.exp(d[:, 3]) * bh
+    box = torch.stack([cx - 0.5 * pw, cy - 0.5 * ph, cx + 0.5 * pw, cy + 0.5 * ph], 1)
+    hi = torch.stack([info[1] - 1, info[0] - 1, info[1] - 1, info[0] - 1])
+    box = torch.clamp(torch.minimum(box, hi), min=0)
+    least = min_size * info[2]
+    ok = torch.nonzero((box[:, 2] - box[:, 0] + 1 >= least) & (box[:, 3] - box[:, 1] + 1 >= least))[:, 0]
+    order = ok[torch.sort(-score[ok], stable=True)[1]]
+    order = order[:pre] if pre > 0 else order
+    n = post if post > 0 else pre if pre > 0 else h * w * a
+    cand = box[order]
+    x1, y1, x2, y2 = cand.unbind(1)
+    area = (x2 - x1 + 1) * (y2 - y1 + 1)
+    removed = torch.zeros(len(order), dtype=torch.bool, device=dev)
+    keep = []
+    for i in range(len(order)):
+        if removed[i]:
+            continue
+        keep.append(i)
+        if len(keep) == n:
+            break
+        iw = torch.clamp(torch.minimum(x2[i], x2) - torch.maximum(x1[i], x1) + 1, min=0)
+        ih = torch.clamp(torch.minimum(y2[i], y2) - torch.maximum(y1[i], y1) + 1, min=0)
+        inter = iw * ih
+        removed |= ~(inter / (area[i] + area - inter) <= thresh)
+    keep = order[torch.tensor(keep, dtype=torch.long, device=dev)]
+    rois, out = scores.new_zeros(n, 5), scores.new_zeros(n, 1)
+    rois[:len(keep), 1:] = box[keep]
+    out[:len(keep), 0] = score[keep]
+    return rois, out
+''')
