@@ -157,3 +157,92 @@ layer { name: "u" type: "IntelUnpack" bottom: "n" top: "u" }
     sq = np.pad(x.astype(np.float64) ** 2, ((0, 0), (1, 1), (0, 0), (0, 0)))
     want = x / (1 + 0.5 / 3 * (sq[:, :-2] + sq[:, 1:-1] + sq[:, 2:])) ** 0.75
     assert_all(run_all(tmp_path, text, {"x": x}, cv=False), want, tol=1e-5)
+
+
+# --- Proposal ----------------------------------------------------------------------------------
+
+def test_anchors_are_py_faster_rcnn_s() -> None:
+    from convert.ops.roi import generate_anchors
+
+    want = [[-84, -40, 99, 55], [-176, -88, 191, 103], [-360, -184, 375, 199], [-56, -56, 71, 71],
+            [-120, -120, 135, 135], [-248, -248, 263, 263], [-36, -80, 51, 95], [-80, -168, 95, 183],
+            [-168, -344, 183, 359]]
+    np.testing.assert_array_equal(generate_anchors(16, (0.5, 1, 2), (8, 16, 32)), want)
+
+
+PROPOSAL = """
+layer {{ name: "prop" type: "Proposal" bottom: "s" bottom: "d" bottom: "info" top: "rois" top: "scores"
+  proposal_param {{ feat_stride: 4 base_size: 16 min_size: 16 ratio: 1 scale: 1 pre_nms_topn: 10
+                    post_nms_topn: 3 nms_thresh: {thresh} }} }}
+"""
+PARAMS = "'feat_stride': 4, 'scales': [1], 'ratios': [1], 'pre_nms_topn': 10, 'post_nms_topn': 3"
+PY_PROPOSAL = """
+layer {{ name: "prop" type: "Python" bottom: "s" bottom: "d" bottom: "info" top: "rois" top: "scores"
+  python_param {{ module: "rpn.proposal_layer" layer: "ProposalLayer"
+                  param_str: "PARAMS, 'nms_thresh': {thresh}" }} }}
+""".replace("PARAMS", PARAMS)
+
+
+@pytest.mark.parametrize("form", [PROPOSAL, PY_PROPOSAL], ids=["cpp", "python"])
+@pytest.mark.parametrize("fg, want", [
+    ([0.9, 0.8, 0.7, 0.6], [0, 2]),  # 1 overlaps 0 by 0.6 > 0.5, 3 overlaps 2 by 0.6
+    ([0.6, 0.7, 0.8, 0.9], [3, 1]),
+    ([0.5, 0.5, 0.5, 0.5], [0, 2]),  # ties: the first position first
+])
+def test_proposal_nms(tmp_path: Path, form: str, fg: list[float], want: list[int]) -> None:
+    # one 16x16 anchor [4i, 0, 4i + 15, 15] per cell (stride 4); zero deltas decode it to
+    # [4i, 0, 4i + 16, 16] (py-faster-rcnn: centre x1 + w/2, corners centre -/+ w/2)
+    s = np.array([[[1 - v for v in fg]], [fg]], np.float32).reshape(1, 2, 1, 4)
+    feeds = {"s": s, "d": np.zeros((1, 4, 1, 4), np.float32), "info": np.array([[100, 100, 1]], np.float32)}
+    text = _inputs({k: v.shape for k, v in feeds.items()}) + form.format(thresh=0.5)
+    cv = form is PROPOSAL and len(set(fg)) == len(fg)  # OpenCV's order of tied scores is its own
+    got = run_all(tmp_path, text, feeds, cv=cv)
+    rois = np.zeros((3, 5))
+    rois[:len(want), 1:] = [[4 * i, 0, 4 * i + 16, 16] for i in want]
+    assert_all(got, rois)
+
+
+@pytest.mark.skipif(not GOLDEN.exists(), reason="corpus not available")
+@pytest.mark.parametrize("python_form", [False, True], ids=["cpp", "python"])
+def test_proposal_golden(tmp_path: Path, python_form: bool) -> None:
+    """Real py-faster-rcnn output (126 proposals) from OpenCV's test data (im_info 600, 800, 1.6)."""
+    text = (GOLDEN / "net_faster_rcnn_proposal.prototxt").read_text()
+    if python_form:
+        text = text[:text.index("layer {\n  name: 'output'")] + """
+layer { name: 'output' type: 'Python' bottom: 'rpn_cls_prob_reshape' bottom: 'rpn_bbox_pred' bottom: 'im_info'
+  top: 'rois' top: 'scores'
+  python_param { module: 'rpn.proposal_layer' layer: 'ProposalLayer' param_str: "'feat_stride': 9" } }"""
+    feeds = {"rpn_cls_prob_reshape": np.load(GOLDEN / "net_faster_rcnn_proposal.scores.npy"),
+             "rpn_bbox_pred": np.load(GOLDEN / "net_faster_rcnn_proposal.deltas.npy"),
+             "im_info": np.array([[600, 800, 1.6]], np.float32)}
+    got = run_all(tmp_path, text, feeds, cv=not python_form)
+    want = np.zeros((300, 5))
+    found = np.load(GOLDEN / "net_faster_rcnn_proposal.out_rois.npy")
+    want[:len(found)] = found
+    assert_all(got, want, tol=1e-4)  # pixel coordinates up to 800, float32
+
+
+def test_python_param_str_is_never_evaluated(tmp_path: Path) -> None:
+    proto = tmp_path / "n.prototxt"
+    proto.write_text(_inputs({"s": (1, 18, 3, 4), "d": (1, 36, 3, 4), "info": (1, 3)}) + """
+layer { name: "p" type: "Python" bottom: "s" bottom: "d" bottom: "info" top: "rois"
+  python_param { module: "rpn.proposal_layer" layer: "ProposalLayer"
+                 param_str: "'feat_stride': __import__('os').getpid()" } }""")
+    with pytest.raises(BadModel, match="not a Python dict literal"):
+        convert(proto, out=tmp_path / "out")
+
+
+def test_opencv_proposal_keeps_small_boxes(tmp_path: Path) -> None:
+    """The evidence for the known deviation: a 1-pixel-wide box (clipped at the image's right
+    edge) that py-faster-rcnn drops (min_size 16) comes out of OpenCV."""
+    s = np.array([0.9, 0.1, 0.1, 0.9], np.float32).reshape(1, 2, 1, 2)  # background, objectness
+    d = np.zeros((1, 4, 1, 2), np.float32)
+    d[0, 0, 0, 1] = 3.0  # the second anchor moves 48 pixels right: clipped to [49, 49]
+    feeds = {"s": s, "d": d, "info": np.array([[60, 50, 1]], np.float32)}
+    text = _inputs({k: v.shape for k, v in feeds.items()}) + PROPOSAL.format(thresh=0.5)
+    got = run_all(tmp_path, text, feeds)
+    cv = got.pop("opencv")
+    want = np.zeros((3, 5))
+    want[0, 1:] = [0, 0, 16, 16]
+    assert_all(got, want)
+    assert cv[0, 1] == cv[0, 3] == 49  # the 1-pixel box, ranked first (score 0.9)

@@ -26,6 +26,9 @@ def known_deviations(layers: list[Layer]) -> list[str]:
         if L.type in ("ROIPooling", "PSROIPooling") and len(L.bottoms) > 1 and L.bottoms[1] not in made:
             notes.append(f"{L.name}: OpenCV reads outside the feature map for a roi whose batch index is "
                          "not in [0, N) (Caffe aborts, zoo gives 0); seeded random rois have such indices")
+        if L.type == "Proposal":  # tests/test_rcnn.py::test_opencv_proposal_keeps_small_boxes
+            notes.append(f"{L.name}: OpenCV keeps proposals smaller than min_size (py-faster-rcnn drops them) "
+                         "and gives none for an im_info of negative sizes")
         if L.type == "Axpy":  # Caffe (hujie's axpy_layer.cpp): bottom[0] * bottom[1] + bottom[2]
             notes.append(f"{L.name}: OpenCV computes Axpy as bottom[0] * bottom[2] + bottom[1]")
         if L.type == "LRN" and p.lrn_param.norm_region == "ACROSS_CHANNELS" and p.lrn_param.k != 1:
