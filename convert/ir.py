@@ -106,12 +106,14 @@ class Graph:
     shapes: dict[str, Shape] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)  # name, source, framework, ...
     _attrs: Names | None = field(default=None, repr=False, compare=False)
+    _values: tuple[tuple[int, int, int], set[str]] | None = field(default=None, repr=False, compare=False)
 
     def add_input(self, name: str, shape: Shape) -> str:
         if not name or name in self._defined():
             raise ShapeError(f"input name {name!r} is empty or already taken")
         self.inputs[name] = tuple(int(d) for d in shape)
         self.shapes[name] = self.inputs[name]
+        self._defined_add(name)
         return name
 
     def add(
@@ -150,6 +152,7 @@ class Graph:
                 raise ShapeError(f"output {o!r} would have shape {list(s)}")
             self.shapes[o] = tuple(int(d) for d in s)
         self.nodes.append(node)
+        self._defined_add(*node.outputs)
         return node
 
     def _fresh_attr(self, name: str) -> str:
@@ -159,7 +162,19 @@ class Graph:
         return self._attrs.get(name, "layer")
 
     def _defined(self) -> set[str]:
-        return set(self.inputs).union(*(n.outputs for n in self.nodes))
+        """Names of the inputs and node outputs, kept between calls while nodes are only added."""
+        key = (id(self.nodes), len(self.nodes), len(self.inputs))
+        if self._values is None or self._values[0] != key:
+            self._values = key, set(self.inputs).union(*(n.outputs for n in self.nodes))
+        return self._values[1]
+
+    def _defined_add(self, *names: str) -> None:
+        """After an input or a node was added: the new names join the kept set."""
+        if self._values is None or self._values[0][0] != id(self.nodes):
+            self._values = None  # the node list was replaced: count afresh (the names are in it)
+        else:
+            self._values[1].update(names)
+            self._values = (id(self.nodes), len(self.nodes), len(self.inputs)), self._values[1]
 
     def node_weights(self, node: Node) -> dict[str, np.ndarray]:
         return {r: self.weights[n] for r, n in node.weight_names().items()}
