@@ -36,7 +36,7 @@ class Unsupported(ConvertError):
         for kind, layer in items:
             types.setdefault(kind, []).append(layer)
         listed = "; ".join(
-            f"{kind} ({', '.join(repr(n) for n in names[:3])}{', …' if len(names) > 3 else ''})"
+            f"{kind if kind.isidentifier() or kind.replace('.', '').isalnum() else repr(kind)} ({', '.join(repr(n) for n in names[:3])}{', …' if len(names) > 3 else ''})"
             for kind, names in types.items()
         )
         what = "layer type" if framework == "caffe" else "module class"
