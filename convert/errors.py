@@ -36,13 +36,18 @@ class Unsupported(ConvertError):
         for kind, layer in items:
             types.setdefault(kind, []).append(layer)
         listed = "; ".join(
-            f"{kind if kind.isidentifier() or kind.replace('.', '').isalnum() else repr(kind)} ({', '.join(repr(n) for n in names[:3])}{', …' if len(names) > 3 else ''})"
+            f"{_plain(kind)} ({', '.join(repr(n) for n in names[:3])}{', …' if len(names) > 3 else ''})"
             for kind, names in types.items()
         )
         what = "layer type" if framework == "caffe" else "module class"
         plural = ("es" if what.endswith("s") else "s") if len(types) > 1 else ""
         tail = f" ({reason})" if reason else ""
         super().__init__(f"{self.path}: unsupported {framework} {what}{plural}: {listed}{tail}")
+
+
+def _plain(kind: str) -> str:
+    """A layer type or class name as written when it is a plain name, else quoted."""
+    return kind if kind.replace(".", "").replace("_", "").isalnum() and kind.isascii() else repr(kind)
 
 
 class ShapeError(ConvertError):
