@@ -152,6 +152,10 @@ def grammar_net(rng: random.Random, hostile: list[str], p: float = 0.1) -> str:
                       "LRN": f"lrn_param {{ local_size: {rng.choice([1, 3, 5])} alpha: 0.001 beta: 0.75 "
                              f"norm_region: {region} }}"}.get(kind, "")
             shape = (c, h, w)
+        nums = list(re.finditer(r"\b\d+(?:\.\d+)?\b", params))
+        if nums and rng.random() < 0.1:  # one parameter at an extreme (group 0, stride 2^63, nan...)
+            m = rng.choice(nums)
+            params = params[:m.start()] + rng.choice(EXTREMES) + params[m.end():]
         tops = f"{quote(top)} top: {quote(top2)}" if top2 is not None else quote(top)
         out.append(f"layer {{ name: {quote(name)} type: {quote(kind)} "
                    + " ".join(f"bottom: {quote(x)}" for x in bottoms) + f" top: {tops} {params} }}")
@@ -242,6 +246,7 @@ def mutate_tree(tree: Any, rng: random.Random, hostile: list[str]) -> Any:
         arrays = [k for k, v in o.fields.items() if isinstance(v, np.ndarray)]
         if op == 0:
             o.cls = rng.choice([rng.choice(hostile), "nn." + rng.choice(hostile), "cudnn.Nope", "torch.FloatTensor"])
+            o.fields[rng.choice(["name", "_type", rng.choice(hostile)])] = rng.choice(hostile)
         elif op == 1 and "modules" in o.fields:
             o.fields["modules"][len(o.fields["modules"]) + 1] = rng.choice([o, tree])
         elif op == 2:
@@ -254,8 +259,12 @@ def mutate_tree(tree: Any, rng: random.Random, hostile: list[str]) -> Any:
         elif op == 4:
             nums = [k for k, v in o.fields.items() if isinstance(v, (int, float))] or ["kW"]
             o.fields[rng.choice(nums)] = float(rng.choice(EXTREMES))
-        elif op == 5 and o.fields:
-            o.fields.pop(rng.choice(list(o.fields)))
+        elif op == 5 and o.fields:  # a field missing, or of another type (string, object, table, nil...)
+            k = rng.choice(list(o.fields))
+            o.fields.pop(k)
+            if rng.random() < 0.7:
+                o.fields[k] = rng.choice([rng.choice(hostile), TorchObject("torch.Nope"), {1: "x"}, {}, True, None,
+                                          np.zeros((2, 2), np.int64), float(rng.choice(EXTREMES))])
         elif arrays:
             shape = rng.choice([(0,), (2, 2), (7,)])
             o.fields[rng.choice(arrays)] = np.zeros(shape, rng.choice([np.float32, np.int64]))
