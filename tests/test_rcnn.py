@@ -246,3 +246,44 @@ def test_opencv_proposal_keeps_small_boxes(tmp_path: Path) -> None:
     want[0, 1:] = [0, 0, 16, 16]
     assert_all(got, want)
     assert cv[0, 1] == cv[0, 3] == 49  # the 1-pixel box, ranked first (score 0.9)
+
+
+# --- PSROIPooling ------------------------------------------------------------------------------
+
+PSROI_NET = """
+layer { name: "ps" type: "PSROIPooling" bottom: "x" bottom: "rois" top: "ps"
+  psroi_pooling_param { spatial_scale: 1 output_dim: 1 group_size: 2 } }
+"""
+
+
+def _psroi(tmp: Path, rois: list[list[float]]) -> dict[str, np.ndarray]:
+    x = (np.arange(24, dtype=np.float32).reshape(1, 1, 4, 6) + 100 * np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1))
+    r = np.array(rois, np.float32)
+    return run_all(tmp, _inputs({"x": x.shape, "rois": r.shape}) + PSROI_NET, {"x": x, "rois": r})
+
+
+def test_psroi_pooling_position_sensitive_means(tmp_path: Path) -> None:
+    # roi x [0, 5 + 1), y [0, 3 + 1): bins 3 wide, 2 high; bin (i, j) averages channel 2i + j
+    assert_all(_psroi(tmp_path, [[0, 0, 0, 5, 3]]), np.array([[[[4, 107], [216, 319]]]], np.float64), tol=1e-5)
+
+
+def test_psroi_pooling_clipped_and_empty_bins(tmp_path: Path) -> None:
+    # x [4, 10): bins [4, 7) -> [4, 6) and [7, 10) -> empty; y [2, 6): [2, 4) and [4, 6) -> empty
+    got = _psroi(tmp_path, [[0, 4, 2, 9, 5], [0, -20, -20, -10, -10]])
+    assert_all(got, np.array([[[[19.5, 0], [0, 0]]], [[[0, 0], [0, 0]]]], np.float64), tol=1e-5)
+
+
+@pytest.mark.parametrize("layer", ["roi", "psroi"])
+def test_random_rois_against_opencv(tmp_path: Path, layer: str) -> None:
+    """Many rois (inside, across and outside the map, degenerate, halves to round) on odd sizes."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 18, 13, 11)).astype(np.float32)
+    r = np.concatenate([rng.integers(0, 2, (60, 1)), rng.integers(-8, 30, (60, 4))], 1).astype(np.float32)
+    r[:10, 1:] += 0.5  # exact halves: C's round goes away from zero
+    param = ('roi_pooling_param { pooled_h: 3 pooled_w: 4 spatial_scale: 0.5 }' if layer == "roi" else
+             'psroi_pooling_param { spatial_scale: 0.5 output_dim: 2 group_size: 3 }')
+    kind = "ROIPooling" if layer == "roi" else "PSROIPooling"
+    text = _inputs({"x": x.shape, "rois": r.shape}) + \
+        f'layer {{ name: "p" type: "{kind}" bottom: "x" bottom: "rois" top: "p" {param} }}'
+    got = run_all(tmp_path, text, {"x": x, "rois": r})
+    assert_all(got, got["reference"], tol=1e-5)

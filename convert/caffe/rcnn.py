@@ -11,7 +11,7 @@ from typing import Any
 
 from ..ops.act import Clip
 from ..ops.fork import Axpy, ShuffleChannel
-from ..ops.roi import Proposal, ROIPool, generate_anchors
+from ..ops.roi import Proposal, PSROIPool, ROIPool, generate_anchors
 from ..ops.shape import Resize
 from .frontend import Builder
 from .layers import layer, lrn
@@ -41,6 +41,21 @@ def roi_pooling(b: Builder, L: Layer) -> None:
     if not p.spatial_scale > 0:
         raise b.fail(f"spatial_scale must be positive, got {p.spatial_scale}")
     b.node(ROIPool((p.pooled_h, p.pooled_w), p.spatial_scale))
+
+
+@layer("PSROIPooling", bottoms=(2, 2))
+def psroi_pooling(b: Builder, L: Layer) -> None:
+    p = L.p.psroi_pooling_param
+    _need_4d(b)
+    _rois(b, 1)
+    if p.output_dim <= 0 or p.group_size <= 0:
+        raise b.fail(f"output_dim {p.output_dim} and group_size {p.group_size} must be positive")
+    if b.shape()[1] != p.output_dim * p.group_size ** 2:
+        raise b.fail(f"{b.shape()[1]} input channels: output_dim x group_size² = "
+                     f"{p.output_dim * p.group_size ** 2} expected")
+    if not p.spatial_scale > 0:
+        raise b.fail(f"spatial_scale must be positive, got {p.spatial_scale}")
+    b.node(PSROIPool(p.output_dim, p.group_size, p.spatial_scale))
 
 
 def _proposal(b: Builder, L: Layer, q: dict[str, Any]) -> None:

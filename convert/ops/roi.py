@@ -146,6 +146,96 @@ def roi_max_pool(x, rois, pooled, scale):
 ''')
 
 
+@dataclass(frozen=True, slots=True)
+class PSROIPool(Op):
+    """R-FCN's position-sensitive ROI pooling: y[r, k, i, j] = mean of x[b_r, (k * G + i) * G + j]
+    over bin (i, j) of roi r (G = group size = pooled size); 0 for an empty bin.
+
+    start = round(x1) * scale, end = (round(x2) + 1) * scale (C's round, float32); roi size
+    max(end - start, 0.1); bin size = roi size / G; bin i spans [floor(i * bin + start),
+    ceil((i + 1) * bin + start)), clipped to the map.
+    """
+
+    kind = "psroi_pool"
+    dim: int
+    group: int
+    scale: float
+
+    def batch_free(self, shapes: list[Shape]) -> bool:
+        return False
+
+    def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
+        x, rois = _check(shapes, "PS ROI pooling")
+        if x[1] != self.dim * self.group ** 2:
+            raise ShapeError(f"{x[1]} channels, output_dim x group_size² = {self.dim * self.group ** 2} expected")
+        return [(rois[0], self.dim, self.group, self.group)]
+
+    def bins(self, rois: np.ndarray, h: int, w: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        box = caffe_round(rois[:, 1:5].astype(F32))
+        res = []
+        for lo, hi, n in ((box[:, 1], box[:, 3], h), (box[:, 0], box[:, 2], w)):
+            lo, hi = lo * F32(self.scale), (hi + F32(1)) * F32(self.scale)
+            step = (np.maximum(hi - lo, F32(0.1)) / F32(self.group))[:, None]
+            i = np.arange(self.group, dtype=F32)[None]
+            s = np.clip(np.floor(i * step + lo[:, None]), 0, n)
+            e = np.clip(np.ceil((i + 1) * step + lo[:, None]), 0, n)
+            res.append((s.astype(np.int64), e.astype(np.int64)))
+        return res
+
+    def reference(self, xs: list[np.ndarray], w: dict[str, np.ndarray]) -> list[np.ndarray]:
+        x, rois = xs[0], xs[1].reshape(-1, 5)
+        g = self.group
+        (hs, he), (ws, we) = self.bins(rois, *x.shape[2:])
+        b, ok = batch_index(rois, x.shape[0])
+        xg = x.reshape(x.shape[0], self.dim, g, g, *x.shape[2:])
+        y = np.zeros((len(rois), self.dim, g, g))
+        for r in np.flatnonzero(ok):
+            for i in range(g):
+                for j in range(g):
+                    win = xg[b[r], :, i, j, hs[r, i]:he[r, i], ws[r, j]:we[r, j]]
+                    if win.size:
+                        y[r, :, i, j] = win.mean(axis=(1, 2))
+        return [y]
+
+    def torch(self, args: list[str], mod: str, shapes: list[Shape]) -> str:
+        return f"ps_roi_pool({args[0]}, {args[1]}, {self.dim}, {self.group}, {fmt(self.scale)})"
+
+    def onnx(self, b, ins, outs, w) -> None:  # type: ignore[no-untyped-def]
+        from .roi_onnx import psroi_onnx
+
+        psroi_onnx(self, b, ins, outs)
+
+
+helper("ps_roi_pool", '''
+def ps_roi_pool(x, rois, dim, group, scale):
+    """R-FCN's PSROIPooling: the mean of each bin over its own channel group, 0 for an empty bin.
+    Bin bounds in float32 as Caffe computes them; a roi whose batch index is outside [0, N) gives 0."""
+    rois = rois.reshape(-1, 5).float()
+    box = torch.sign(rois[:, 1:5]) * torch.floor(torch.abs(rois[:, 1:5]) + 0.5)  # C's round()
+
+    def masks(lo, hi, n):
+        lo, hi = lo * scale, (hi + 1) * scale
+        step = (torch.clamp(hi - lo, min=0.1) / group)[:, None]
+        i = torch.arange(group, dtype=torch.float32, device=x.device)[None]
+        s = torch.clamp(torch.floor(i * step + lo[:, None]), 0, n)
+        e = torch.clamp(torch.ceil((i + 1) * step + lo[:, None]), 0, n)
+        at = torch.arange(n, device=x.device)
+        return ((at >= s[..., None]) & (at < e[..., None])).to(x.dtype), torch.clamp(e - s, min=0)
+
+    mh, nh = masks(box[:, 1], box[:, 3], x.shape[2])
+    mw, nw = masks(box[:, 0], box[:, 2], x.shape[3])
+    b = torch.trunc(rois[:, 0]).long()
+    xs = x.reshape(x.shape[0], dim, group, group, *x.shape[2:])
+    y = x.new_zeros(rois.shape[0], dim, group, group)
+    for n in range(x.shape[0]):
+        sel = b == n
+        if bool(sel.any()):
+            y[sel] = torch.einsum("kijhw,rih,rjw->rkij", xs[n], mh[sel], mw[sel])
+    area = (nh[:, :, None] * nw[:, None, :]).to(x.dtype)
+    return y / torch.clamp(area, min=1)[:, None]
+''')
+
+
 def generate_anchors(base: int, ratios: tuple[float, ...], scales: tuple[float, ...]) -> np.ndarray:
     """py-faster-rcnn's anchors (A, 4): per ratio (width rounded, height = round(width * ratio),
     area kept near base²), then per scale, all centred on the base box [0, 0, base - 1, base - 1]."""

@@ -89,3 +89,47 @@ def proposal_onnx(op: Any, b: Any, ins: list[str], outs: list[str]) -> None:
         sc = b.op("Unsqueeze", [b.op("Gather", [top, sel], axis=0), b.const([1], "int64")])
         b.op("Pad", [sc, b.op("Concat", [b.const([0, 0], "int64"), missing, b.const([0], "int64")], axis=0)],
              [outs[1]])
+
+
+def _bin_masks(b: Any, op: Any, lo: str, hi: str, x_shape: str, axis: int) -> tuple[str, str]:
+    """(R, G, n) float mask of each bin along one axis and its (R, G) length, R-FCN's rounding."""
+    scale, g = b.const(float(op.scale)), op.group
+    lo, hi = b.op("Mul", [lo, scale]), b.op("Mul", [b.op("Add", [hi, b.const(1.0)]), scale])
+    step = b.op("Div", [b.op("Max", [b.op("Sub", [hi, lo]), b.const(0.1)]), b.const(float(g))])
+    i = b.const(np.arange(g, dtype=np.float32).reshape(1, g))
+    n = _scalar(b, x_shape, axis)
+    nf = b.op("Cast", [n], to=1)
+    s = b.op("Floor", [b.op("Add", [b.op("Mul", [i, step]), lo])])
+    e = b.op("Ceil", [b.op("Add", [b.op("Mul", [b.op("Add", [i, b.const(1.0)]), step]), lo])])
+    s, e = (b.op("Max", [b.op("Min", [v, nf]), b.const(0.0)]) for v in (s, e))
+    at = b.op("Cast", [b.op("Range", [b.const(0, "int64"), n, b.const(1, "int64")])], to=1)
+    s3, e3 = (b.op("Unsqueeze", [v, b.const([2], "int64")]) for v in (s, e))
+    inside = b.op("And", [b.op("GreaterOrEqual", [at, s3]), b.op("Less", [at, e3])])
+    return b.op("Cast", [inside], to=1), b.op("Max", [b.op("Sub", [e, s]), b.const(0.0)])
+
+
+def psroi_onnx(op: Any, b: Any, ins: list[str], outs: list[str]) -> None:
+    """Two Einsums over bin masks; the batch index enters as a one-hot (R, N) matrix, so a roi of
+    no image (index out of range) sums nothing and gives 0."""
+    x, rois = ins
+    g = op.group
+    r = b.op("Reshape", [rois, b.const([-1, 5], "int64")])
+    idx, box = b.fresh("index"), b.fresh("box")
+    b.op("Split", [r, b.const([1, 4], "int64")], [idx, box], axis=1)
+    t = b.op("Mul", [b.op("Sign", [idx]), b.op("Floor", [b.op("Abs", [idx])])])
+    box = b.op("Mul", [b.op("Sign", [box]), b.op("Floor", [b.op("Add", [b.op("Abs", [box]), b.const(0.5)])])])
+    x1, y1, x2, y2 = (b.op("Reshape", [c, b.const([-1, 1], "int64")]) for c in _cols(b, box))
+    shape = b.op("Shape", [x])
+    mh, nh = _bin_masks(b, op, y1, y2, shape, 2)
+    mw, nw = _bin_masks(b, op, x1, x2, shape, 3)
+    images = b.op("Cast", [b.op("Range", [b.const(0, "int64"), _scalar(b, shape, 0), b.const(1, "int64")])], to=1)
+    onehot = b.op("Cast", [b.op("Equal", [t, b.op("Unsqueeze", [images, b.const([0], "int64")])])], to=1)
+    view = b.op("Concat", [b.op("Slice", [shape, b.const([0], "int64"), b.const([1], "int64")]),
+                           b.const([op.dim, g, g], "int64"),
+                           b.op("Slice", [shape, b.const([2], "int64"), b.const([4], "int64")])], axis=0)
+    xs = b.op("Reshape", [x, view])
+    rows = b.op("Einsum", [xs, mw], equation="nkijhw,rjw->nrkijh")
+    total = b.op("Einsum", [rows, mh, onehot], equation="nrkijh,rih,rn->rkij")
+    area = b.op("Mul", [b.op("Unsqueeze", [nh, b.const([2], "int64")]), b.op("Unsqueeze", [nw, b.const([1], "int64")])])
+    area = b.op("Unsqueeze", [b.op("Max", [area, b.const(1.0)]), b.const([1], "int64")])
+    b.op("Div", [total, area], outs)
