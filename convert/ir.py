@@ -193,7 +193,7 @@ class Graph:
             w = {r: self.weights[k].shape for r, k in n.weight_names().items()}
             try:
                 outs = n.op.infer([shapes[i] for i in n.inputs], w)
-            except ShapeError as e:
+            except (ShapeError, ValueError, ArithmeticError, IndexError) as e:  # an op's rule refusing the size
                 raise ShapeError(f"layer {n.name!r} ({n.op.kind}): {e}") from None
             for o, s in zip(n.outputs, outs):
                 if any(d <= 0 for d in s):
