@@ -287,3 +287,12 @@ def test_random_rois_against_opencv(tmp_path: Path, layer: str) -> None:
         f'layer {{ name: "p" type: "{kind}" bottom: "x" bottom: "rois" top: "p" {param} }}'
     got = run_all(tmp_path, text, {"x": x, "rois": r})
     assert_all(got, got["reference"], tol=1e-5)
+
+
+def test_fast_rcnn_dropout_scale_train(tmp_path: Path) -> None:
+    """caffe-fast-rcnn's scale_train: false (py-faster-rcnn's ZF and VGG16 test nets) multiplies by
+    1 - ratio at test time."""
+    x = np.random.default_rng(4).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    text = _inputs({"x": x.shape}) + 'layer { name: "d" type: "Dropout" bottom: "x" top: "d" ' \
+        'dropout_param { dropout_ratio: 0.3 scale_train: false } }'
+    assert_all(run_all(tmp_path, text, {"x": x}), x * 0.7, tol=1e-6)

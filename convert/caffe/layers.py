@@ -333,6 +333,9 @@ def dropout(b: Builder, L: Layer) -> None:
     ratio = L.p.dropout_param.dropout_ratio
     if not 0 <= ratio <= 1:
         raise b.fail(f"dropout_ratio must be between 0 and 1, got {ratio}")
+    if not L.p.dropout_param.scale_train:  # Fast R-CNN's fork: no scaling at training, 1 - ratio at test
+        b.node(Dropout(ratio, 1.0 - ratio))
+        return
     b.node(Dropout(ratio))  # Caffe scales at training: identity here
 
 
