@@ -2,10 +2,11 @@
 which label and score, not the row order or the padding.
 
 A list is (..., 7) rows [image, label, score, xmin, ymin, xmax, ymax]; rows with label -1 are
-padding (zoo's fixed-size output) or Caffe's "nothing found" row, and are dropped. Rows are matched
+padding (zoo's fixed-size output) or Caffe's "nothing found" row, and all-zero rows after the image
+id are OpenCV 4.x's padding (it gives N * keep_top_k rows, best score first): both are dropped. Rows are matched
 within each (image, label) by the nearest score and box, so that two scores equal to rounding do
 not swap rows; counts and labels must agree exactly, scores and (normalized) coordinates within
-the tolerance, absolute.
+the tolerance, absolute (relative for coordinates far outside the image).
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ def outputs(g: Any) -> frozenset[str]:
 def rows(a: np.ndarray) -> np.ndarray:
     """The detections of a list, sorted by image, label, score descending."""
     r = np.asarray(a, dtype=np.float64).reshape(-1, 7)
-    r = r[r[:, 1] >= 0]
+    r = r[(r[:, 1] >= 0) & np.any(r[:, 1:] != 0, axis=1)]
     return r[np.lexsort((-r[:, 2], r[:, 1], r[:, 0]))]
 
 
 def metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     """Like ``verify.metrics``: max_rel is the largest absolute score or coordinate difference
-    (boxes are normalized to [0, 1]); inf when counts or labels differ."""
+    (boxes are normalized: [0, 1] in the image), relative to the largest value where that is
+    beyond 1; inf when counts or labels differ."""
     a = rows(ref)
     if np.asarray(out).size % 7:
         return _bad(a, f"shape {list(np.shape(out))} is not a list of 7-value rows")
@@ -50,7 +52,8 @@ def metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
         used[j] = True
         diff[i] = np.abs(b[j, 2:] - r[2:])
     finite = bool(np.all(np.isfinite(diff)))
-    d["max_rel"] = float(diff.max()) if finite and diff.size else (0.0 if finite else float("inf"))
+    scale = max(1.0, float(np.abs(a[:, 2:]).max())) if len(a) else 1.0  # boxes far outside the image
+    d["max_rel"] = float(diff.max()) / scale if finite and diff.size else (0.0 if finite else float("inf"))
     d["rel_l2"] = float(np.linalg.norm(diff) / (np.linalg.norm(a[:, 2:]) or 1.0)) if finite else float("inf")
     return d
 

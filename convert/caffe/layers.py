@@ -465,5 +465,4 @@ def argmax(b: Builder, L: Layer) -> None:
 
 
 from . import rcnn  # noqa: E402,F401  (R-CNN and fork layers register themselves)
-
-from . import ssd  # noqa: E402,F401  (SSD PriorBox and DetectionOutput register themselves)
+from .ssd import detection_output as _ssd  # noqa: E402,F401  (SSD layers register themselves)

@@ -53,6 +53,8 @@ def known_deviations(layers: list[Layer]) -> list[str]:
             notes.append(f"{L.name}: OpenCV misplaces a Deconvolution whose pad exceeds kernel - 1")
         if L.type == "PriorBox" and not p.prior_box_param.has("clip"):
             notes.append(f"{L.name}: OpenCV clips prior boxes when clip is not given (Caffe's default is false)")
+        if L.type == "PriorBox" and any(p.prior_box_param.has(f) for f in ("img_size", "img_h", "img_w")):
+            notes.append(f"{L.name}: OpenCV normalizes prior boxes by the image input's size, not img_size/img_h/img_w")
     return notes
 
 

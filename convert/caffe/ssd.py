@@ -79,8 +79,6 @@ def detection_output(b: Builder, L: Layer) -> None:
         raise b.fail("num_classes must be given and at least 1")
     if not 0 < nms.eta <= 1:
         raise b.fail(f"nms_param eta {nms.eta} must be in (0, 1]")
-    if nms.eta < 1:  # ONNX NonMaxSuppression keeps one threshold
-        raise b.fail("nms_param eta < 1 (adaptive NMS) is not supported: ONNX has no adaptive NonMaxSuppression")
     if not nms.nms_threshold >= 0:
         raise b.fail(f"nms_threshold {nms.nms_threshold} must be >= 0")
     threshold = float(dp.confidence_threshold) if dp.has("confidence_threshold") else -math.inf

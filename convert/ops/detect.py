@@ -205,19 +205,15 @@ def decode(loc, prior, var, code, exp, stack):  # type: ignore[no-untyped-def]
 
 
 def jaccard(a: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """Caffe's JaccardOverlap (normalized) of box a with each of ``others`` (K, 4): 0 when apart,
-    an inverted box has size 0, 0/0 gives NaN (which never counts as <= a threshold)."""
-    def size(x: np.ndarray) -> np.ndarray:
-        bad = (x[..., 2] < x[..., 0]) | (x[..., 3] < x[..., 1])
-        return np.where(bad, 0.0, (x[..., 2] - x[..., 0]) * (x[..., 3] - x[..., 1]))
-
-    o = others
-    apart = (o[:, 0] > a[2]) | (o[:, 2] < a[0]) | (o[:, 1] > a[3]) | (o[:, 3] < a[1])
-    inter = np.stack([np.maximum(o[:, 0], a[0]), np.maximum(o[:, 1], a[1]),
-                      np.minimum(o[:, 2], a[2]), np.minimum(o[:, 3], a[3])], -1)
-    i = size(inter)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(apart, 0.0, i / (size(a) + size(o) - i))
+    """Caffe's JaccardOverlap of normalized boxes (the CPU one, on NormalizedBBox): box a with each
+    of ``others`` (K, 4); 0 unless the intersection has positive width and height, so inverted
+    boxes (xmax < xmin) never overlap."""
+    iw = np.minimum(others[:, 2], a[2]) - np.maximum(others[:, 0], a[0])
+    ih = np.minimum(others[:, 3], a[3]) - np.maximum(others[:, 1], a[1])
+    inter = np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
+    sizes = (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1])
+    with np.errstate(invalid="ignore", divide="ignore"):  # inter > 0: both sizes are positive
+        return np.where(inter > 0, inter / ((a[2] - a[0]) * (a[3] - a[1]) + sizes - inter), 0.0)
 
 
 _DECODE = '''
@@ -237,16 +233,15 @@ def ssd_decode(loc, prior, var, code):
 _NMS = '''
 def greedy_nms(boxes, scores, threshold, top_k, nms_threshold, eta):
     """Caffe's ApplyNMSFast: indices of the kept boxes, best first. Overlap is Jaccard on
-    normalized boxes (an inverted box has size 0; 0/0 is NaN and suppresses)."""
+    normalized boxes, 0 unless the intersection has positive width and height."""
     cand = torch.nonzero(scores > threshold).flatten()
     cand = cand[torch.sort(scores[cand], descending=True, stable=True).indices]
     cand = cand[:top_k] if top_k > -1 else cand
     b = boxes[cand]
-    size = torch.where((b[:, 2] < b[:, 0]) | (b[:, 3] < b[:, 1]), 0, (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))
-    lo, hi = torch.maximum(b[:, None, :2], b[None, :, :2]), torch.minimum(b[:, None, 2:], b[None, :, 2:])
-    inter = torch.where((hi < lo).any(-1), 0, (hi - lo).prod(-1))
-    apart = (b[:, None, :2] > b[None, :, 2:]).any(-1) | (b[:, None, 2:] < b[None, :, :2]).any(-1)
-    iou = torch.where(apart, 0, inter / (size[:, None] + size[None, :] - inter)).tolist()
+    size = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    wh = (torch.minimum(b[:, None, 2:], b[None, :, 2:]) - torch.maximum(b[:, None, :2], b[None, :, :2]))
+    inter = torch.where((wh > 0).all(-1), wh.prod(-1), 0)
+    iou = torch.where(inter > 0, inter / (size[:, None] + size[None, :] - inter), 0).tolist()
     kept, t = [], nms_threshold
     for i in range(len(iou)):
         if all(iou[i][k] <= t for k in kept):

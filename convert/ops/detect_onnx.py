@@ -1,10 +1,10 @@
 """ONNX emission of the SSD ops (``detect.py``), computed in-graph from the input sizes.
 
-DetectionOutput uses NonMaxSuppression per (image, class) pair, on the ``top_k`` best candidates
-(TopK, ties to the lower prior index, as Caffe's stable sort). It differs from Caffe's greedy NMS
-only on inverted boxes (xmax < xmin or ymax < ymin, possible with CORNER codes), which ONNX
-Runtime reorders instead of giving size 0, and cannot express an adaptive threshold (eta < 1:
-the Caffe frontend refuses it).
+DetectionOutput takes per (image, class) row the ``top_k`` best candidates (TopK: ties to the
+lower prior index, as Caffe's stable sort), their pairwise Jaccard overlaps, and runs Caffe's
+greedy NMS as a Loop over the candidates (NonMaxSuppression would differ: ONNX Runtime reorders
+the corners of inverted boxes, which CORNER codes produce and Caffe never lets overlap, and it has
+no adaptive threshold).
 """
 
 from __future__ import annotations
@@ -129,20 +129,77 @@ def detection_output_onnx(op: Any, b: Any, ins: list[str], outs: list[str]) -> N
     n = _dim(b, ins[0], 0)
     p = b.op("Div", [_dim(b, ins[2], 2), b.const([4], "int64")])
     boxes, scores = _candidates(op, b, ins, p)
-    k = p if op.top_k < 0 else _int_min(b, p, op.top_k)
+    thr = b.const(max(op.threshold, F32_MIN))
+    above = b.op("Cast", [b.op("Greater", [scores, thr])], to=7)
+    most = b.op("ReduceMax", [b.op("ReduceSum", [above, b.const([1], "int64")], keepdims=0)], keepdims=1)
+    k = b.op("Min", [most, p if op.top_k < 0 else _int_min(b, p, op.top_k)])  # candidates per class
     vals, idx = b.fresh("topv"), b.fresh("topi")
     b.op("TopK", [scores, k], [vals, idx], axis=1, largest=1, sorted=1)
     cand = b.op("GatherND", [boxes, b.op("Unsqueeze", [idx, b.const([-1], "int64")])], batch_dims=1)
-    sel = b.op("NonMaxSuppression", [cand, b.op("Unsqueeze", [vals, b.const([1], "int64")]), k,
-                                     b.const([op.nms_threshold]), b.const([max(op.threshold, F32_MIN)])])
-    pair = b.op("Gather", [sel, b.const([0, 2], "int64")], axis=1)  # (S, 2): (image*C + class, candidate)
-    pairs = b.op("Gather", [sel, b.const(0, "int64")], axis=1)
+    keep = _greedy(op, b, _overlaps(b, cand), b.op("Greater", [vals, thr]), k)
+    pair = b.op("Transpose", [b.op("NonZero", [keep])], perm=[1, 0])  # (S, 2): (image*C + class, candidate)
+    pairs = b.op("Gather", [pair, b.const(0, "int64")], axis=1)
     label = b.op("Mod", [pairs, b.const(op.num_classes, "int64")])
     img = b.op("Div", [pairs, b.const(op.num_classes, "int64")])
     table = b.op("Concat", [b.op("Unsqueeze", [_float(b, label), b.const([1], "int64")]),
                             b.op("Unsqueeze", [b.op("GatherND", [vals, pair]), b.const([1], "int64")]),
                             b.op("GatherND", [cand, pair])], axis=1)  # (S, 6)
     _layout(op, b, n, p, img, table, outs)
+
+
+def _overlaps(b: Any, cand: str) -> str:
+    """Caffe's Jaccard overlap of every pair of candidates (R, K, 4) -> (R, K, K): 0 unless the
+    intersection has positive width and height."""
+    lo, hi = b.fresh("lo"), b.fresh("hi")
+    b.op("Split", [cand, b.const([2, 2], "int64")], [lo, hi], axis=2)  # each (R, K, 2)
+    wh = b.op("Sub", [hi, lo])  # (R, K, 2)
+    size = b.op("ReduceProd", [wh], axes=[2], keepdims=1)  # (R, K, 1)
+    a_lo, a_hi = (b.op("Unsqueeze", [v, b.const([2], "int64")]) for v in (lo, hi))  # (R, K, 1, 2)
+    o_lo, o_hi = (b.op("Unsqueeze", [v, b.const([1], "int64")]) for v in (lo, hi))  # (R, 1, K, 2)
+    iwh = b.op("Sub", [b.op("Min", [a_hi, o_hi]), b.op("Max", [a_lo, o_lo])])  # (R, K, K, 2)
+    pos = b.op("Cast", [b.op("Greater", [iwh, b.const(0.0)])], to=1)
+    inter = b.op("ReduceProd", [b.op("Mul", [iwh, pos])], axes=[3], keepdims=0)  # 0 unless both > 0
+    union = b.op("Sub", [b.op("Add", [size, b.op("Transpose", [size], perm=[0, 2, 1])]), inter])
+    some = b.op("Greater", [inter, b.const(0.0)])
+    safe = b.op("Where", [some, union, b.const(1.0)])
+    return b.op("Where", [some, b.op("Div", [inter, safe]), b.const(0.0)])
+
+
+def _greedy(op: Any, b: Any, iou: str, valid: str, k: str) -> str:
+    """Caffe's greedy NMS over the sorted candidates of each row, as a Loop of K steps: candidate i
+    is kept when valid and its overlap with every kept one is <= t (t *= eta after a keep while
+    t > 0.5). Returns keep (R, K)."""
+    from onnx import TensorProto, helper
+
+    cols = b.op("Unsqueeze", [b.op("Range", [b.const(0, "int64"), _scalar(b, k), b.const(1, "int64")]),
+                              b.const([0], "int64")])  # (1, K)
+    keep0 = b.op("Less", [b.op("Mul", [_float(b, valid), b.const(0.0)]), b.const(-1.0)])  # all false
+    rows = b.op("ReduceMax", [_float(b, valid)], axes=[1], keepdims=0)
+    t0 = b.op("Add", [b.op("Mul", [rows, b.const(0.0)]), b.const(float(op.nms_threshold))])  # (R,)
+    names = [b.fresh(h) for h in ("i", "cond", "keep", "t")]
+    outer, b.nodes = b.nodes, []
+    i, cond, keep, t = names
+    row = b.op("Gather", [iou, i], axis=1)  # (R, K): overlaps of candidate i
+    ok = b.op("Or", [b.op("Not", [keep]), b.op("LessOrEqual", [row, b.op("Unsqueeze", [t, b.const([1], "int64")])])])
+    fine = b.op("Greater", [b.op("ReduceMin", [_float(b, ok)], axes=[1], keepdims=0), b.const(0.5)])
+    kept = b.op("And", [fine, b.op("Gather", [valid, i], axis=1)])  # (R,)
+    here = b.op("And", [b.op("Equal", [cols, i]), b.op("Unsqueeze", [kept, b.const([1], "int64")])])
+    outs = [b.op("Identity", [cond]), b.op("Or", [keep, here])]
+    if op.eta < 1:
+        shrink = b.op("And", [kept, b.op("Greater", [t, b.const(0.5)])])
+        outs.append(b.op("Where", [shrink, b.op("Mul", [t, b.const(float(op.eta))]), t]))
+    else:
+        outs.append(b.op("Identity", [t]))
+    body_nodes, b.nodes = b.nodes, outer
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        body_nodes, "greedy_nms",
+        [vi(i, TensorProto.INT64, []), vi(cond, TensorProto.BOOL, []), vi(keep, TensorProto.BOOL, None),
+         vi(t, TensorProto.FLOAT, None)],
+        [vi(outs[0], TensorProto.BOOL, []), vi(outs[1], TensorProto.BOOL, None), vi(outs[2], TensorProto.FLOAT, None)])
+    final_keep, final_t = b.fresh("keep"), b.fresh("t")
+    b.op("Loop", [_scalar(b, k), "", keep0, t0], [final_keep, final_t], body=body)
+    return final_keep
 
 
 def _rows(op: Any, b: Any, p: str) -> str:
