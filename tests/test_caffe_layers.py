@@ -28,6 +28,10 @@ SECOND = 'layer { name: "in2" type: "Input" top: "in2" input_param { shape { dim
 SAME = 'layer { name: "in2" type: "Input" top: "in2" input_param { shape { dim: 2 dim: 3 dim: 7 dim: 9 } } }\n'
 SMALL = 'layer { name: "in2" type: "Input" top: "in2" input_param { shape { dim: 2 dim: 3 dim: 4 dim: 5 } } }\n'
 
+DETECTION_INPUTS = ('layer { name: "conf" type: "Input" top: "conf" input_param { shape { dim: 2 dim: 15 } } }\n'
+                    'layer { name: "priors" type: "Input" top: "priors" '
+                    'input_param { shape { dim: 1 dim: 2 dim: 20 } } }\n')
+
 CASES: dict[str, list[str]] = {
     "Convolution": [
         net(one("Convolution", "convolution_param { num_output: 4 kernel_size: 3 pad: 1 }")),
@@ -103,6 +107,12 @@ CASES: dict[str, list[str]] = {
     "ArgMax": [net(one("ArgMax", "argmax_param { top_k: 2 }")),
                net(one("ArgMax", "argmax_param { axis: 1 out_max_val: true }"))],
     "Permute": [net(one("Permute", "permute_param { order: 0 order: 2 order: 3 order: 1 }"))],
+    "PriorBox": [net(one("PriorBox", "prior_box_param { min_size: 3 max_size: 5 aspect_ratio: 2 clip: false "
+                                     "variance: 0.1 step: 2 }", '"input","input"'))],
+    "DetectionOutput": [net(one("DetectionOutput", "detection_output_param { num_classes: 3 background_label_id: 0 "
+                                                   "keep_top_k: 4 confidence_threshold: 0.5 code_type: CORNER "
+                                                   "nms_param { nms_threshold: 0.4 top_k: 5 } }",
+                                '"input","conf","priors"'), shape="2 20", extra_inputs=DETECTION_INPUTS)],
     "Interp": [net(one("Interp", "interp_param { zoom_factor: 2 }")),
                net(one("Interp", "interp_param { height: 11 width: 4 }")),
                net(one("Interp", "interp_param { shrink_factor: 2 pad_beg: -1 pad_end: -1 }"))],

@@ -68,8 +68,9 @@ PRIORS = ["min_size: 9 max_size: 20 aspect_ratio: 2 clip: false variance: 0.1 va
 
 
 def ssd_net(det: str, classes: int = 3, share: bool = True, shape: tuple[int, ...] = (1, 3, 37, 45),
-            priors: list[str] | None = None) -> str:
-    """A two-head SSD: conv (stride 4) -> head 1, conv (stride 2) -> head 2; concat, softmax, detect."""
+            priors: list[str] | None = None, damp: float = 1.0) -> str:
+    """A two-head SSD: conv (stride 4) -> head 1, conv (stride 2) -> head 2; concat, softmax, detect.
+    ``damp`` scales the class logits (saturated float32 scores of 1.0 tie where float64 does not)."""
     priors = priors or PRIORS
     locs = 1 if share else classes
     text = 'name: "ssd"\n' + _input("data", shape) + _conv("f1", "data", 8, 3, 4, 0)
@@ -83,7 +84,9 @@ def ssd_net(det: str, classes: int = 3, share: bool = True, shape: tuple[int, ..
         axis = 2 if name == "priors" else 1
         text += _layer(name, "Concat", [p[i] for p in parts], f"concat_param {{ axis: {axis} }}")
     text += _layer("conf_r", "Reshape", ["conf_cat"], f"reshape_param {{ shape {{ dim: 0 dim: -1 dim: {classes} }} }}")
-    text += _layer("conf_s", "Softmax", ["conf_r"], "softmax_param { axis: 2 }")
+    if damp != 1.0:
+        text += _layer("conf_d", "Power", ["conf_r"], f"power_param {{ scale: {damp} }}")
+    text += _layer("conf_s", "Softmax", ["conf_d" if damp != 1.0 else "conf_r"], "softmax_param { axis: 2 }")
     text += _layer("conf", "Flatten", ["conf_s"])
     share_text = "true" if share else "false"
     if "background_label_id" not in det:  # OpenCV needs it given
@@ -226,7 +229,7 @@ def test_res10_like_face_detector(tmp_path: Path) -> None:
              "min_size: 24 max_size: 40 aspect_ratio: 2 clip: false variance: 0.1 variance: 0.1 variance: 0.2 "
              "variance: 0.2"]
     net = ssd_net("code_type: CENTER_SIZE nms_param { nms_threshold: 0.45 top_k: 400 } keep_top_k: 200 "
-                  "confidence_threshold: 0.6", classes=2, priors=heads)
+                  "confidence_threshold: 0.6", classes=2, priors=heads, damp=0.2)
     body = net.split("\n", 1)[1].split("\n", 3)[3]  # drop the name, input and the two trunk convolutions
     body = body.replace('bottom: "f1"', 'bottom: "f1n"').replace('bottom: "f1n" top: "f2"', 'bottom: "f1" top: "f2"')
     v = _verified(t + body, tmp_path, "res10ish")
