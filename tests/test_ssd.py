@@ -148,6 +148,15 @@ def test_prior_box_agrees_with_opencv(params: str, opencv: str, tmp_path: Path) 
     assert opencv != AGREE or v["max_rel"] < 1e-6
 
 
+def test_caffe_golden_prior_box_prototxt(tmp_path: Path) -> None:
+    """The corpus' prior_box.prototxt (two min/max sizes, flip, a 3x4 map on a 10x10 image)."""
+    path = CORPUS / "caffe-golden/prior_box.prototxt"
+    if not path.is_file():
+        pytest.skip("corpus absent")
+    v = _verified(path.read_text(), tmp_path, "prior_box", opencv="any")["opencv"]
+    assert v.get("ok") is True or v.get("status") == "refused", v
+
+
 def test_prior_box_follows_the_input_size(tmp_path: Path) -> None:
     """Converted at 37x45, run at 51x30: model.py and model.onnx give the priors of the new size."""
     import onnxruntime as ort

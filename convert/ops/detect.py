@@ -103,7 +103,8 @@ class DetectionOutput(Op):
     variances (1 when ``encoded``); L = 1 when ``share`` else C. Per image and class other than
     ``background``: scores > ``threshold``, sorted descending (ties by prior index), the first
     ``top_k``, greedy NMS (keep a box when its Jaccard overlap with every kept box is <= t,
-    normalized boxes without +1; t starts at ``nms_threshold`` and is multiplied by ``eta`` after
+    normalized boxes without +1, 0 unless the intersection has positive width and height; t
+    starts at ``nms_threshold`` and is multiplied by ``eta`` after
     each kept box while t > 0.5). Then the ``keep_top_k`` best of all classes (ties by label then
     NMS order). y = (1, 1, N*rows, 7), rows [image, label, score, xmin, ymin, xmax, ymax], padded
     per image with [image, -1, ...] (see the module docstring)."""
