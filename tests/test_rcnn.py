@@ -5,12 +5,13 @@ backend (float64 reference, model.py, ONNX Runtime) and OpenCV on the original f
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from conftest import CORPUS
 
-from convert import reference
+from convert import isolate, reference
 from convert.api import convert
 from convert.artifacts import load_graph
 from convert.caffe import opencv
@@ -296,3 +297,49 @@ def test_fast_rcnn_dropout_scale_train(tmp_path: Path) -> None:
     text = _inputs({"x": x.shape}) + 'layer { name: "d" type: "Dropout" bottom: "x" top: "d" ' \
         'dropout_param { dropout_ratio: 0.3 scale_train: false } }'
     assert_all(run_all(tmp_path, text, {"x": x}), x * 0.7, tol=1e-6)
+
+
+# --- Faster R-CNN nets from the corpus ---------------------------------------------------------
+
+def _faster_rcnn(tmp: Path, name: str, size: int) -> None:
+    """py-faster-rcnn's test net (OpenCV's copy, without its DetectionOutput post-processing) with
+    seeded weights, at ``size`` x ``size``: every backend and OpenCV give the same proposals and the
+    same class scores and box deltas. The image is N(0, 1) (objectness well separated, no near-ties
+    for NMS to break differently in float32) and im_info's scale is tiny (min_size filters nothing:
+    OpenCV does not apply it)."""
+    text = (REAL / f"{name}.prototxt").read_text()
+    proto = tmp / f"{name}.prototxt"
+    proto.write_text(text[:text.index("# ======== Postprocessing")])
+    res = convert(proto, out=tmp / "out", shapes={"data": (1, 3, size, size), "im_info": (1, 3)}, check=False)
+    g = load_graph(res.dir)
+    x = {"data": np.random.default_rng(5).standard_normal((1, 3, size, size)).astype(np.float32),
+         "im_info": np.array([[size, size, 0.01]], np.float32)}
+    ref = reference.run(g, x, keep=True)
+    got = {"pytorch": run_torch(res.dir / "model.py", x, g, capture=True),
+           "onnxruntime": run_onnx(res.dir / "model.onnx", x, ["rois"]),
+           "opencv": _opencv(g, proto, res.dir / "random.caffemodel", x, ["rois", *g.outputs])}
+    found = int((np.abs(ref["rois"]).sum(1) > 0).sum())
+    assert found > 50
+    for backend, out in got.items():
+        np.testing.assert_allclose(out["rois"], ref["rois"], atol=0.02, err_msg=backend)  # pixels, float32
+        for o in g.outputs:
+            err = np.abs(out[o] - ref[o]).max() / np.abs(ref[o]).max()
+            assert err < 1e-4, (backend, o, err)
+
+
+def _opencv(g: Any, proto: Path, weights: Path, x: dict[str, np.ndarray], values: list[str]) -> dict[str, np.ndarray]:
+    layer_of = opencv.layer_values(g)
+    outs, _ = isolate.call("convert.caffe.opencv:forward", x, prototxt=str(proto), caffemodel=str(weights),
+                           outputs={v: layer_of[v] for v in values})
+    return outs
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="corpus not available")
+def test_faster_rcnn_zf(tmp_path: Path) -> None:
+    _faster_rcnn(tmp_path, "faster_rcnn_zf", 128)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REAL.exists(), reason="corpus not available")
+def test_faster_rcnn_vgg16(tmp_path: Path) -> None:
+    _faster_rcnn(tmp_path, "faster_rcnn_vgg16", 160)
