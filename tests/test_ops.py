@@ -15,6 +15,7 @@ from convert.artifacts import write
 from convert.ir import Graph, Op
 from convert.ops.act import Clip, Dropout, Elu, Exp, Log, Power, PRelu, Relu, Simple, Step, Threshold
 from convert.ops.conv import Conv, Deconv
+from convert.ops.detect import DetectionOutput, PriorBox
 from convert.ops.eltwise import Broadcast, Eltwise
 from convert.ops.lcn import LocalNorm
 from convert.ops.linear import Linear
@@ -100,6 +101,11 @@ EXAMPLES: list[tuple[Op, list[tuple[int, ...]], dict[str, np.ndarray]]] = [
     (LocalNorm("sub"), [X], {"kernel": np.abs(w(3, 5))}),
     (LocalNorm("div", 0.5, 0.25), [X], {"kernel": np.abs(w(5, 3))}),
     (LocalNorm("nnx", adaptive=True), [X], {"kernel": np.abs(w(3, 3))}),
+    (PriorBox(((4.0, 4.0), (6.0, 3.0)), (0.1, 0.1, 0.2, 0.3), clip=True), [(2, 5, 3, 7), (2, 3, 31, 47)], {}),
+    (PriorBox(((5.0, 5.0),), img=(20, 30), step=(3.0, 2.5), offset=0.2), [(2, 5, 3, 7), X], {}),
+    (DetectionOutput(3, nms_threshold=0.4, top_k=9, threshold=0.1, keep_top_k=7), [(2, 80), (2, 60), (1, 2, 80)], {}),
+    (DetectionOutput(4, False, 1, 0.5, eta=0.8, code="center_size"), [(2, 320), (2, 80), (1, 2, 80)], {}),
+    (DetectionOutput(3, code="corner_size", encoded=True, background=-1), [(1, 80), (1, 60), (1, 2, 80)], {}),
 ]
 
 
