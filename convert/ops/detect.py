@@ -184,9 +184,11 @@ class DetectionOutput(Op):
         return kept
 
     def torch(self, args, mod, shapes):  # type: ignore[no-untyped-def]
-        cfg = (f"{self.num_classes}, {self.share}, {self.background}, {fmt(self.nms_threshold)}, {self.top_k}, "
-               f"{fmt(self.eta)}, {fmt(self.threshold)}, {self.keep_top_k}, {self.code!r}, {self.encoded}")
-        return f"detection_output({', '.join(args)}, ({cfg}))"
+        cfg = (f"classes={self.num_classes}, share={self.share}, background={self.background}, "
+               f"nms_threshold={fmt(self.nms_threshold)}, top_k={self.top_k}, eta={fmt(self.eta)}, "
+               f"threshold={fmt(self.threshold)}, keep_top_k={self.keep_top_k}, code={self.code!r}, "
+               f"encoded={self.encoded}")
+        return f"detection_output({', '.join(args)}, {cfg})"
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         detection_output_onnx(self, b, ins, outs)
@@ -253,10 +255,10 @@ def greedy_nms(boxes, scores, threshold, top_k, nms_threshold, eta):
 '''
 
 helper("detection_output", _DECODE + "\n" + _NMS + "\n" + '''
-def detection_output(loc, conf, priors, cfg):
+def detection_output(loc, conf, priors, *, classes, share, background, nms_threshold, top_k, eta, threshold,
+                     keep_top_k, code, encoded):
     """SSD DetectionOutput: (1, 1, N*rows, 7) rows [image, label, score, xmin, ymin, xmax, ymax],
     each image's detections (label ascending, score descending) then rows [image, -1, ...]."""
-    classes, share, background, nms_threshold, top_k, eta, threshold, keep_top_k, code, encoded = cfg
     n, p = loc.shape[0], priors.shape[2] // 4
     prior, var = priors[0].reshape(2, p, 1, 4).unbind(0)
     boxes = ssd_decode(loc.reshape(n, p, -1, 4), prior, torch.ones_like(var) if encoded else var, code)
