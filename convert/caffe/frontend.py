@@ -84,7 +84,8 @@ class Builder:
         blob = self.L.tops[i]  # type: ignore[union-attr]
         self.done[blob] += 1
         k = self.done[blob]
-        name = blob if k == self.writes[blob] and blob not in self.g.inputs else f"{blob}@{k}"
+        last = blob and k == self.writes[blob] and blob not in self.g.inputs
+        name = blob if last else self._fresh(f"{blob}@{k}")
         self.cur[blob] = name
         return name
 
@@ -93,7 +94,17 @@ class Builder:
 
     def tmp(self, hint: str) -> str:
         self._tmp += 1
-        return f"{self.L.name}#{hint}{self._tmp}"  # type: ignore[union-attr]
+        return self._fresh(f"{self.L.name}#{hint}{self._tmp}")  # type: ignore[union-attr]
+
+    def _fresh(self, base: str) -> str:
+        """A value name that no blob of the net has and no value has taken (a blob may itself be
+        called ``a@1`` next to an in-place ``a``)."""
+        name, k = base, 1
+        while name in self.writes or name in self.g.shapes:
+            k += 1
+            name = f"{base}'{k}"
+        self.g.shapes[name] = ()  # reserved until the node that computes it is added
+        return name
 
     def fail(self, reason: str) -> BadModel:
         return BadModel(self.path, self.L.where(), reason)  # type: ignore[union-attr]
