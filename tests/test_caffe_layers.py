@@ -32,6 +32,10 @@ DETECTION_INPUTS = ('layer { name: "conf" type: "Input" top: "conf" input_param 
                     'layer { name: "priors" type: "Input" top: "priors" '
                     'input_param { shape { dim: 1 dim: 2 dim: 20 } } }\n')
 
+ROIS = 'layer { name: "rois" type: "Input" top: "rois" input_param { shape { dim: 5 dim: 5 } } }\n'
+RPN = ('layer { name: "deltas" type: "Input" top: "deltas" input_param { shape { dim: 1 dim: 4 dim: 5 dim: 6 } } }\n'
+       'layer { name: "info" type: "Input" top: "info" input_param { shape { dim: 1 dim: 3 } } }\n')
+
 CASES: dict[str, list[str]] = {
     "Convolution": [
         net(one("Convolution", "convolution_param { num_output: 4 kernel_size: 3 pad: 1 }")),
@@ -116,6 +120,25 @@ CASES: dict[str, list[str]] = {
     "Interp": [net(one("Interp", "interp_param { zoom_factor: 2 }")),
                net(one("Interp", "interp_param { height: 11 width: 4 }")),
                net(one("Interp", "interp_param { shrink_factor: 2 pad_beg: -1 pad_end: -1 }"))],
+    # R-CNN and fork layers (convert/caffe/rcnn.py; tests/test_rcnn.py has their hand-computed cases)
+    "ROIPooling": [net(one("ROIPooling", "roi_pooling_param { pooled_h: 2 pooled_w: 3 spatial_scale: 0.5 }",
+                           '"input","rois"'), extra_inputs=ROIS)],
+    "PSROIPooling": [net(one("PSROIPooling", "psroi_pooling_param { spatial_scale: 0.5 output_dim: 2 group_size: 2 }",
+                             '"input","rois"'), shape="2 8 7 9", extra_inputs=ROIS)],
+    "Proposal": [net(one("Proposal", "proposal_param { feat_stride: 4 ratio: 1 scale: 2 post_nms_topn: 5 }",
+                         '"input","deltas","info"', '"rois","scores"'), shape="1 2 5 6", extra_inputs=RPN)],
+    "Python.ProposalLayer": [net(one("Python", 'python_param { module: "rpn.proposal_layer" layer: "ProposalLayer" '
+                                     'param_str: "\'feat_stride\': 4, \'scales\': [2], \'ratios\': [1]" }',
+                                     '"input","deltas","info"', '"rois"'), shape="1 2 5 6", extra_inputs=RPN)],
+    "Upsample": [net(one("Upsample", "upsample_param { scale: 2 }"))],
+    "ShuffleChannel": [net(one("ShuffleChannel", "shuffle_channel_param { group: 3 }"))],
+    "ReLU6": [net(one("ReLU6"))],
+    "Axpy": [net(one("Axpy", "", '"a","input","input"'), shape="1 3 7 9",
+                 extra_inputs='layer { name: "a" type: "Input" top: "a" '
+                              'input_param { shape { dim: 1 dim: 3 dim: 1 dim: 1 } } }\n')],
+    "IntelPack": [net(one("IntelPack") + 'layer { name: "r" type: "ReLU" bottom: "output" top: "r" }\n')],
+    "IntelUnpack": [net(one("IntelUnpack") + 'layer { name: "r" type: "ReLU" bottom: "output" top: "r" }\n')],
+    "IntelLRN": [net(one("IntelLRN", "lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 }"))],
 }
 
 CASE_LIST = [(t, i, text) for t, texts in CASES.items() for i, text in enumerate(texts)]
