@@ -344,6 +344,20 @@ def test_bad_prior_box(params: str, match: str, tmp_path: Path) -> None:
         convert(src, out=tmp_path / "out")
 
 
+@pytest.mark.parametrize("params,match", [
+    ("share_location: true", "num_classes"),
+    ("num_classes: 4", "conf"),  # the net's conf holds 3 classes per prior
+    ("num_classes: 3 nms_param { eta: 1.5 }", "eta"),
+    ("num_classes: 3 nms_param { nms_threshold: -0.1 }", "nms_threshold"),
+])
+def test_bad_detection_output(params: str, match: str, tmp_path: Path) -> None:
+    src = tmp_path / "bad.prototxt"
+    text = ssd_net("")
+    src.write_text(text[:text.rindex("detection_output_param")] + f"detection_output_param {{ {params} }} }}\n")
+    with pytest.raises(BadModel, match=match):
+        convert(src, out=tmp_path / "out")
+
+
 def test_detection_metrics() -> None:
     a = np.array([[0, 1, 0.9, 0.1, 0.1, 0.5, 0.5], [0, 1, 0.9, 0.2, 0.2, 0.6, 0.6], [0, -1, -1, -1, -1, -1, -1]])
     b = np.array([[0, 1, 0.9, 0.2, 0.2, 0.6, 0.6], [0, 1, 0.9, 0.1, 0.1, 0.5, 0.50001], [0, 0, 0, 0, 0, 0, 0]])
