@@ -17,10 +17,12 @@ from convert.ops.act import Clip, Dropout, Elu, Exp, Log, Power, PRelu, Relu, Si
 from convert.ops.conv import Conv, Deconv
 from convert.ops.detect import DetectionOutput, PriorBox
 from convert.ops.eltwise import Broadcast, Eltwise
+from convert.ops.fork import Axpy, ShuffleChannel
 from convert.ops.lcn import LocalNorm
 from convert.ops.linear import Linear
 from convert.ops.norm import LRN, MVN, Affine, BatchNorm, LpNormalize
 from convert.ops.pool import Pool, pooled_size
+from convert.ops.roi import Proposal, PSROIPool, ROIPool
 from convert.ops.shape import Concat, Crop, Pad, Reshape, Resize, Split, Transpose
 from convert.ops.softmax import ArgMax, Reduce, Softmax
 from convert.ops.unpool import MaxUnpool
@@ -106,6 +108,10 @@ EXAMPLES: list[tuple[Op, list[tuple[int, ...]], dict[str, np.ndarray]]] = [
     (DetectionOutput(3, nms_threshold=0.4, top_k=9, threshold=0.1, keep_top_k=7), [(2, 80), (2, 60), (1, 2, 80)], {}),
     (DetectionOutput(4, False, 1, 0.5, eta=0.8, code="center_size"), [(2, 320), (2, 80), (1, 2, 80)], {}),
     (DetectionOutput(3, code="corner_size", encoded=True, background=-1), [(1, 80), (1, 60), (1, 2, 80)], {}),
+    (ROIPool((2, 3), 0.5), [X, (6, 5)], {}), (PSROIPool(2, 2, 0.5), [(2, 8, 7, 9), (6, 5)], {}),
+    (Proposal(((-4.0, -4.0, 11.0, 11.0), (-8.0, -2.0, 23.0, 13.0)), 4.0, 16.0, 20, 6, 0.7),
+     [(1, 4, 5, 6), (1, 8, 5, 6), (1, 3)], {}),
+    (ShuffleChannel(3), [X], {}), (Axpy(), [(2, 3, 1, 1), X, X], {}),
 ]
 
 
