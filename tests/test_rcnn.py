@@ -64,14 +64,11 @@ def _roi(tmp: Path, rois: list[list[float]], ph: int = 2, pw: int = 2, scale: fl
     return run_all(tmp, text, {"x": x, "rois": r})
 
 
-def test_roi_pooling_bins(tmp_path: Path) -> None:
-    # 5x7 map, roi covers it: bins rows [0,3) [2,5) (2.5 each), cols [0,4) [3,7) (3.5 each)
-    assert_all(_roi(tmp_path, [[0, 0, 0, 6, 4]]), np.array([[[[17, 20], [31, 34]]]], np.float64))
-
-
-def test_roi_pooling_outside_the_map_and_empty_bins(tmp_path: Path) -> None:
-    # roi [-10, 1]: size 12, bins [-10,-4) (empty: 0) and [-4, 2) clipped to [0, 2)
-    assert_all(_roi(tmp_path, [[0, -10, -10, 1, 1]]), np.array([[[[0, 0], [0, 8]]]], np.float64))
+def test_roi_pooling_bins_clipping_and_empty_bins(tmp_path: Path) -> None:
+    # 5x7 map, roi 0 covers it: bins rows [0,3) [2,5) (2.5 each), cols [0,4) [3,7) (3.5 each);
+    # roi 1 spans [-10, 1]: size 12, bins [-10,-4) (empty: 0) and [-4, 2) clipped to [0, 2)
+    got = _roi(tmp_path, [[0, 0, 0, 6, 4], [0, -10, -10, 1, 1]])
+    assert_all(got, np.array([[[[17, 20], [31, 34]]], [[[0, 0], [0, 8]]]], np.float64))
 
 
 def test_roi_pooling_rounds_halves_away_from_zero(tmp_path: Path) -> None:
