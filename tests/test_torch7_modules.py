@@ -320,6 +320,12 @@ def only_op(tree: TorchObject, shape: tuple[int, ...] = X):  # type: ignore[no-u
     return node.op
 
 
+def pooled(tree: TorchObject, shape: tuple[int, ...] = X) -> tuple[int, ...]:
+    """The spatial output size of a one-module tree."""
+    g = graph_of(tree, shape)
+    return g.shapes[g.nodes[-1].outputs[0]][2:]
+
+
 def test_legacy_layouts() -> None:
     assert only_op(M("nn.Dropout", p=0.3)).scale == pytest.approx(0.7)  # v1: scales at inference
     assert only_op(M("nn.Dropout", p=0.3, v2=True)).scale == 1.0
@@ -354,12 +360,12 @@ def test_threshold_is_not_relu() -> None:
 def test_pooling_rounding() -> None:
     # k 2, s 3, pad 1, ceil: H 7: ceil(7/3) + 1 = 4 windows, the 4th starts at 9 >= 7 + 1: dropped;
     # W 9: ceil(9/3) + 1 = 4, the 4th starts at 9 < 9 + 1: kept
-    assert only_op(pool("nn.SpatialMaxPooling", 2, 2, 3, 3, 1, 1, ceil=True)).out == (3, 4)
+    assert pooled(pool("nn.SpatialMaxPooling", 2, 2, 3, 3, 1, 1, ceil=True)) == (3, 4)
     # padW || padH: the unpadded H axis drops its last window too (THNN)
-    assert only_op(pool("nn.SpatialMaxPooling", 3, 1, 2, 3, 1, 0, ceil=True), (2, 3, 5, 9)).out == (2, 5)
-    assert only_op(pool("nn.SpatialMaxPooling", 3, 3, 2, 2, 1, 1), X).out == (4, 5)  # floor
+    assert pooled(pool("nn.SpatialMaxPooling", 3, 1, 2, 3, 1, 0, ceil=True), (2, 3, 5, 9)) == (2, 5)
+    assert pooled(pool("nn.SpatialMaxPooling", 3, 3, 2, 2, 1, 1), X) == (4, 5)  # floor
     # cudnn.torch: ceil((n + 2p - k) / s) + 1 without the drop; here that is the same size
-    assert only_op(pool("cudnn.SpatialMaxPooling", 3, 3, 2, 2, 1, 1, ceil=True)).out == (4, 5)
+    assert pooled(pool("cudnn.SpatialMaxPooling", 3, 3, 2, 2, 1, 1, ceil=True)) == (4, 5)
     with pytest.raises(BadModel, match="past the input"):  # cudnn keeps a window in the padding
         graph_of(pool("cudnn.SpatialMaxPooling", 2, 2, 3, 3, 1, 1, ceil=True))
     with pytest.raises(BadModel, match="divisor"):
