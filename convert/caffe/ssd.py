@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import Unsupported
 from ..ops.detect import CODES, DetectionOutput, PriorBox
 from .frontend import Builder
 from .layers import layer
@@ -81,6 +82,9 @@ def detection_output(b: Builder, L: Layer) -> None:
         raise b.fail(f"nms_param eta {nms.eta} must be in (0, 1]")
     if not nms.nms_threshold >= 0:
         raise b.fail(f"nms_threshold {nms.nms_threshold} must be >= 0")
+    if not dp.normalized_bbox:
+        raise Unsupported(b.path, "caffe", [("DetectionOutput", L.name)],
+                          "normalized_bbox: false, OpenCV's pixel-coordinate variant, is not implemented")
     threshold = float(dp.confidence_threshold) if dp.has("confidence_threshold") else -math.inf
     if math.isnan(threshold):
         raise b.fail("confidence_threshold is NaN")
