@@ -5,6 +5,7 @@
     python -m zoo.checks t7-speed          # VGG-16-sized .t7: zoo's reader vs numpy.fromfile
     python -m zoo.checks harness           # zoo bench medians vs a hand-written loop, and repeated
     python -m zoo.checks fuzz --minutes N [--seed S]  # hostile/broken inputs to the CLI (zoo/fuzz.py)
+    python -m zoo.checks mtcnn             # real trained MTCNN nets: model.py vs OpenCV on an image pyramid
 
 Results are printed and written as JSON under outputs/checks/.
 """
@@ -155,8 +156,9 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["fuzz"]:
         return fuzz(argv[1:])
     from .checks_harness import harness
+    from .checks_mtcnn import mtcnn
 
-    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness}
+    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness, "mtcnn": mtcnn}
     try:
         from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
 
