@@ -139,6 +139,11 @@ CASES: dict[str, list[str]] = {
     "IntelPack": [net(one("IntelPack") + 'layer { name: "r" type: "ReLU" bottom: "output" top: "r" }\n')],
     "IntelUnpack": [net(one("IntelUnpack") + 'layer { name: "r" type: "ReLU" bottom: "output" top: "r" }\n')],
     "IntelLRN": [net(one("IntelLRN", "lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 }"))],
+    "Tile": [net(one("Tile", "tile_param { tiles: 2 }")), net(one("Tile", "tile_param { axis: -2 tiles: 3 }"))],
+    "Reduction": [net(one("Reduction")),  # axis 0: a 0-D output
+                  net(one("Reduction", "reduction_param { operation: ASUM axis: 1 coeff: -0.5 }")),
+                  net(one("Reduction", "reduction_param { operation: SUMSQ axis: -1 }")),
+                  net(one("Reduction", "reduction_param { operation: MEAN axis: 2 coeff: 3 }"))],
 }
 
 CASE_LIST = [(t, i, text) for t, texts in CASES.items() for i, text in enumerate(texts)]

@@ -22,6 +22,7 @@ from convert.ops.lcn import LocalNorm
 from convert.ops.linear import Linear
 from convert.ops.norm import LRN, MVN, Affine, BatchNorm, LpNormalize
 from convert.ops.pool import Pool, pooled_size
+from convert.ops.reduce import Reduction, Tile
 from convert.ops.roi import Proposal, PSROIPool, ROIPool
 from convert.ops.shape import Concat, Crop, Pad, Reshape, Resize, Split, Transpose
 from convert.ops.softmax import ArgMax, Reduce, Softmax
@@ -98,6 +99,9 @@ EXAMPLES: list[tuple[Op, list[tuple[int, ...]], dict[str, np.ndarray]]] = [
     (ArgMax(1, -1), [X], {}), (ArgMax(3, -1, True), [X], {}), (ArgMax(2, 1), [X], {}),
     (ArgMax(1, 1, True), [X], {}),
     (Reduce("sum", (2, 3)), [X], {}), (Reduce("mean", (1,), True), [X], {}),
+    (Tile(1, 2), [X], {}), (Tile(3, 3), [X], {}), (Tile(0, 2), [(3, 5)], {}), (Tile(2, 1), [X], {}),
+    (Reduction("sum", 0), [X], {}), (Reduction("asum", 1, -0.5), [X], {}),
+    (Reduction("sumsq", 3), [X], {}), (Reduction("mean", 2, 3.0), [X], {}), (Reduction("sum", 1, 2.5), [(3, 5)], {}),
     (MaxUnpool((2, 2), (2, 2)), [(2, 3, 3, 4), X], {}),
     (MaxUnpool((3, 2), (3, 2), (1, 1), ceil=True), [(2, 3, 3, 5), X], {}),
     (LocalNorm("sub"), [X], {"kernel": np.abs(w(3, 5))}),

@@ -465,4 +465,5 @@ def argmax(b: Builder, L: Layer) -> None:
 
 
 from . import rcnn  # noqa: E402,F401  (R-CNN and fork layers register themselves)
+from .more import tile as _more  # noqa: E402,F401  (Tile and Reduction register themselves)
 from .ssd import detection_output as _ssd  # noqa: E402,F401  (SSD layers register themselves)

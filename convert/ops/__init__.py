@@ -33,4 +33,4 @@ def fmt(v: float) -> str:
 
 
 # Import the families so that every op registers itself (Op.__init_subclass__).
-from . import act, conv, detect, eltwise, fork, lcn, linear, norm, pool, roi, shape, softmax, unpool  # noqa: E402,F401
+from . import act, conv, detect, eltwise, fork, lcn, linear, norm, pool, reduce, roi, shape, softmax, unpool  # noqa: E402,F401
