@@ -65,7 +65,7 @@ class LRN(Op):
         x = ins[0]
         c = b.shape(x)[1]
         # ONNX Runtime's LRN refuses alpha, beta or bias <= 0 (Caffe takes any): then the long form
-        native = min(self.alpha, self.beta, self.k) > 0
+        native = min(np.float32(self.alpha), np.float32(self.beta), np.float32(self.k)) > 0  # as stored
         if native and self.region == "across" and self.size % 2 and self.lead() == (self.size - 1) // 2:
             b.op("LRN", [x], outs, size=self.size, alpha=float(self.alpha), beta=float(self.beta),
                  bias=float(self.k))

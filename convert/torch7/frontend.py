@@ -63,7 +63,7 @@ class Mod:
         v = self.get(key, default)
         if isinstance(v, np.ndarray) and v.size == 1:
             v = v.reshape(-1)[0]
-        if v is None or isinstance(v, (str, dict, np.ndarray)):
+        if not isinstance(v, (int, float, np.number, np.bool_)):
             raise self.fail(f"field {key!r} is missing or not a number")
         if v != v:  # math.huge (inf) has uses, such as Normalize's p; NaN has none
             raise self.fail(f"field {key!r} is NaN")

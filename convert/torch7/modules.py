@@ -487,7 +487,13 @@ def _sizes(m: Mod, key: str) -> list[int]:
         v = [v[k] for k in sorted(v)]
     if v is None:
         raise m.fail(f"has no {key!r}")
-    return [int(d) for d in np.asarray(v).reshape(-1)]
+    try:
+        sizes = np.asarray(v, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise m.fail(f"field {key!r} is not a list of sizes") from None
+    if not all(np.isfinite(sizes)) or any(d != int(d) for d in sizes):
+        raise m.fail(f"field {key!r} = {sizes.tolist()} is not a list of whole sizes")
+    return [int(d) for d in sizes]
 
 
 def torch_view(s: tuple, size: list[int], n_dims: int | None) -> tuple[int, ...]:
