@@ -36,6 +36,19 @@ def _args(op: Conv | Deconv, kernel: tuple[int, int]) -> str:
     return ", ".join(args)
 
 
+def _weight_problem(op: Conv | Deconv, w: dict[str, Shape]) -> str | None:
+    """Weight shapes a (de)convolution cannot take: rank, kernel, groups, bias length."""
+    ws = w["weight"]
+    if len(ws) != 4 or tuple(ws[2:]) != tuple(op.kernel):
+        return f"weight of shape {list(ws)} for a {op.kernel[0]}x{op.kernel[1]} kernel"
+    out = ws[0] if op.kind == "conv" else ws[1] * op.group
+    if op.kind == "conv" and ws[0] % op.group:
+        return f"{ws[0]} filters do not split into {op.group} groups"
+    if "bias" in w and tuple(w["bias"]) != (out,):
+        return f"bias of shape {list(w['bias'])} for {out} outputs"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Conv(Op):
     """y[n,o] = b[o] + sum_{c in group(o), i, j} w[o,c,i,j] * xpad[n,c, s*y + d*i, s*x + d*j]
@@ -52,15 +65,7 @@ class Conv(Op):
     bias: bool = True
 
     def weight_problem(self, w: dict[str, Shape]) -> str | None:
-        ws = w["weight"]
-        out = ws[0] if self.kind == "conv" else ws[1] * self.group if len(ws) == 4 else 0
-        if len(ws) != 4 or tuple(ws[2:]) != tuple(self.kernel):
-            return f"weight of shape {list(ws)} for a {self.kernel[0]}x{self.kernel[1]} kernel"
-        if self.kind == "conv" and ws[0] % self.group:
-            return f"{ws[0]} filters do not split into {self.group} groups"
-        if "bias" in w and tuple(w["bias"]) != (out,):
-            return f"bias of shape {list(w['bias'])} for {out} outputs"
-        return None
+        return _weight_problem(self, w)
 
     def roles(self) -> tuple[str, ...]:
         return ("weight", "bias") if self.bias else ("weight",)
@@ -133,15 +138,7 @@ class Deconv(Op):
     output_pad: tuple[int, int] = (0, 0)
 
     def weight_problem(self, w: dict[str, Shape]) -> str | None:
-        ws = w["weight"]
-        out = ws[0] if self.kind == "conv" else ws[1] * self.group if len(ws) == 4 else 0
-        if len(ws) != 4 or tuple(ws[2:]) != tuple(self.kernel):
-            return f"weight of shape {list(ws)} for a {self.kernel[0]}x{self.kernel[1]} kernel"
-        if self.kind == "conv" and ws[0] % self.group:
-            return f"{ws[0]} filters do not split into {self.group} groups"
-        if "bias" in w and tuple(w["bias"]) != (out,):
-            return f"bias of shape {list(w['bias'])} for {out} outputs"
-        return None
+        return _weight_problem(self, w)
 
     def roles(self) -> tuple[str, ...]:
         return ("weight", "bias") if self.bias else ("weight",)

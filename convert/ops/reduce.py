@@ -9,11 +9,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import Op, Shape
 from . import fmt
-
-
-def _axis_ok(axis: int, rank: int) -> None:
-    if not 0 <= axis < rank:
-        raise ShapeError(f"axis {axis} out of range for a {rank}-D input")
+from .shape import _axis_ok
 
 
 @dataclass(frozen=True, slots=True)
