@@ -79,7 +79,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     recorder = _resumed(out_file) if resume else None
     if not dry_run and not resume:
         _check_new(out_file)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+    with Progress(_NAME, BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("preparing models", total=None)
 
@@ -102,7 +102,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         peaks = _peaks(err, recorder, device, precisions, threads, isolate)
     for c in cases:
         c.gemm_peak_tflops = peaks.get(c.precision)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+    with Progress(_NAME, BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(), console=err) as bar:
         task = bar.add_task("timing", total=len(cases), eta="?")
 
@@ -115,6 +115,9 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
             rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress)
     out.print(summary_table(rows))
     out.print(f"results: {benchmark.relative(path)}", highlight=False)
+
+
+_NAME = TextColumn("{task.description}", markup=False)  # model names are the user's text
 
 
 @contextmanager
