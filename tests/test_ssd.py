@@ -12,7 +12,7 @@ import pytest
 
 from convert.api import convert
 from convert.detections import metrics as det_metrics
-from convert.errors import BadModel
+from convert.errors import BadModel, Unsupported
 from convert.ir import Graph
 from convert.ops.detect import DetectionOutput, PriorBox
 from convert.torch_emit import model_source
@@ -245,11 +245,11 @@ def test_res10_like_face_detector(tmp_path: Path) -> None:
     assert v["opencv"]["max_rel"] < 1e-4
 
 
-def _graph(op: DetectionOutput, p: int) -> Graph:
+def _graph(op: DetectionOutput, p: int, priors: tuple[int, ...] | None = None) -> Graph:
     g = Graph()
     g.add_input("loc", (1, p * op.locs() * 4))
     g.add_input("conf", (1, p * op.num_classes))
-    g.add_input("priors", (1, 2, p * 4))
+    g.add_input("priors", priors or (1, 2, p * 4))
     g.add(op, ["loc", "conf", "priors"], ["det"], "det")
     g.outputs = ["det"]
     return g
@@ -261,7 +261,7 @@ def _all_backends(op: DetectionOutput, feeds: dict[str, np.ndarray], tmp_path: P
 
     from convert.onnx_emit import write_onnx
 
-    g = _graph(op, feeds["priors"].shape[2] // 4)
+    g = _graph(op, feeds["priors"].shape[2] // 4, feeds["priors"].shape)
     ref = op.reference([feeds[k].astype(np.float64) for k in ("loc", "conf", "priors")], {})[0]
     ns: dict = {}
     exec(compile(model_source(g), "model.py", "exec"), ns)
@@ -330,6 +330,33 @@ def test_inverted_and_empty_boxes_by_hand(tmp_path: Path) -> None:
         assert rows[rows[:, 1] >= 0][:, 2].round(6).tolist() == [0.9, 0.8, 0.7, 0.65, 0.55], rows
 
 
+def test_unnormalized_pixel_boxes_by_hand(tmp_path: Path) -> None:
+    """OpenCV's normalized_bbox: false, priors (1, 1, P*4, 1) without variances (encoded):
+    center_size with zero offsets turns prior [0, 0, 9, 9] (10 pixels wide: +1) into [0, 0, 10, 10]
+    (centre xmin + 10/2); overlaps count (w + 1) * (h + 1): [0, 0, 10, 10] and [5, 0, 15, 10]
+    overlap 66 / 176 = 0.375 (normalized counting: 1/3), touching [10, 0, 20, 10] 11 / 231."""
+    priors = [[0, 0, 9, 9], [5, 0, 14, 9], [10, 0, 19, 9]]
+    scores = [[0, 0.9, 0.9], [0, 0.8, 0.1], [0, 0.1, 0.8]]
+    feeds = {"loc": np.zeros((1, 12), np.float32), "conf": np.array(scores, np.float32).reshape(1, -1),
+             "priors": np.array(priors, np.float32).reshape(1, 1, 12, 1)}
+    a, b, c = [0, 0, 10, 10], [5, 0, 15, 10], [10, 0, 20, 10]
+    for nms, want in ((0.36, [[1, 0.9, *a], [2, 0.9, *a], [2, 0.8, *c]]),  # b suppressed, c kept
+                      (0.38, [[1, 0.9, *a], [1, 0.8, *b], [2, 0.9, *a], [2, 0.8, *c]]),
+                      (0.04, [[1, 0.9, *a], [2, 0.9, *a]])):  # c suppressed: 11/231 = 0.048
+        op = DetectionOutput(3, nms_threshold=nms, threshold=0.5, code="center_size", encoded=True, normalized=False)
+        for got in _all_backends(op, feeds, tmp_path):
+            rows = got.reshape(-1, 7).astype(np.float64)
+            np.testing.assert_allclose(rows[rows[:, 1] >= 0][:, 1:], want, atol=1e-6, err_msg=str(nms))
+
+
+def test_unnormalized_corner_size_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "n.prototxt"
+    text = ssd_net("code_type: CORNER_SIZE normalized_bbox: false")
+    src.write_text(text)
+    with pytest.raises(Unsupported, match="CORNER_SIZE"):
+        convert(src, out=tmp_path / "out")
+
+
 @pytest.mark.parametrize("params,match", [
     ("prior_box_param { min_size: 0 }", "min_size"),
     ("prior_box_param { min_size: 10 max_size: 5 }", "max_size"),
@@ -379,3 +406,40 @@ def test_corpus_ssd_agrees_with_opencv(path: Path, tmp_path: Path) -> None:
     text = path.read_text().replace("confidence_threshold: 0.5", "confidence_threshold: 0.02")
     v = _verified(text, tmp_path, "ssd")
     assert v["opencv"]["max_rel"] < 1e-4
+
+
+FASTER_RCNN_ZF = CORPUS / "realworld/opencv_extra-dnn/faster_rcnn_zf.prototxt"
+CONST_IM_INFO = """
+layer { name: "info_split" type: "Slice" bottom: "im_info_seed" top: "info_hw" top: "info_s"
+  slice_param { axis: 1 slice_point: 2 } }
+layer { name: "info_hw_c" type: "Power" bottom: "info_hw" top: "info_hw_c" power_param { scale: 0 shift: 128 } }
+layer { name: "info_s_c" type: "Power" bottom: "info_s" top: "info_s_c" power_param { scale: 0 shift: 0.01 } }
+layer { name: "im_info" type: "Concat" bottom: "info_hw_c" bottom: "info_s_c" top: "im_info" }
+"""
+
+
+def test_faster_rcnn_unnormalized_detection_output_agrees_with_opencv(tmp_path: Path) -> None:
+    """OpenCV's faster_rcnn_zf.prototxt: DetectionOutput with normalized_bbox: false on the R-CNN
+    head (priors: the proposals, in pixels), seeded weights at 128 x 128, through the normal
+    verification. im_info is made the constant [128, 128, 0.01] in-net (Slice, Power, Concat: a
+    seeded im_info gives no proposals) and the class logits are scaled by 20 (random weights give
+    near-uniform scores, whose near-ties float32 breaks its own way): 100 real detections."""
+    pytest.importorskip("cv2")
+    if not FASTER_RCNN_ZF.is_file():
+        pytest.skip("corpus absent")
+    text = FASTER_RCNN_ZF.read_text().replace('input: "im_info"', 'input: "im_info_seed"', 1)
+    i = text.index("#========= conv1")
+    text = text[:i] + CONST_IM_INFO + text[i:]
+    j = text.index('name: "cls_prob"')
+    k = text.rindex("layer", 0, j)
+    scaled = 'layer { name: "cls_score_x" type: "Power" bottom: "cls_score" top: "cls_score_x" ' \
+        'power_param { scale: 20 } }\n'
+    text = text[:k] + scaled + text[k:j] + text[j:].replace('bottom: "cls_score"', 'bottom: "cls_score_x"', 1)
+    src = tmp_path / "zf.prototxt"
+    src.write_text(text)
+    res = convert(src, out=tmp_path / "out", shapes={"data": (1, 3, 128, 128), "im_info_seed": (1, 3)})
+    v = res.report["verification"]["backends"]
+    assert res.report["status"] == "verified", v
+    for backend in ("pytorch", "onnxruntime", "opencv"):
+        assert v[backend]["ok"] is True and v[backend]["max_rel"] < 1e-4, (backend, v[backend])
+        assert v[backend]["compare"]["detection_out"].endswith(": 100 found"), v[backend]

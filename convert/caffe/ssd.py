@@ -82,14 +82,14 @@ def detection_output(b: Builder, L: Layer) -> None:
         raise b.fail(f"nms_param eta {nms.eta} must be in (0, 1]")
     if not nms.nms_threshold >= 0:
         raise b.fail(f"nms_threshold {nms.nms_threshold} must be >= 0")
-    if not dp.normalized_bbox:
+    code = CODES[["CORNER", "CENTER_SIZE", "CORNER_SIZE"].index(str(dp.code_type))]
+    if not dp.normalized_bbox and code == "corner_size":
         raise Unsupported(b.path, "caffe", [("DetectionOutput", L.name)],
-                          "normalized_bbox: false, OpenCV's pixel-coordinate variant, is not implemented")
+                          "normalized_bbox: false with CORNER_SIZE is not defined (OpenCV reads it as CORNER)")
     threshold = float(dp.confidence_threshold) if dp.has("confidence_threshold") else -math.inf
     if math.isnan(threshold):
         raise b.fail("confidence_threshold is NaN")
     b.node(DetectionOutput(
         int(dp.num_classes), bool(dp.share_location), int(dp.background_label_id), float(nms.nms_threshold),
         int(nms.top_k) if nms.has("top_k") else -1, float(nms.eta), threshold, int(dp.keep_top_k),
-        CODES[["CORNER", "CENTER_SIZE", "CORNER_SIZE"].index(str(dp.code_type))],
-        bool(dp.variance_encoded_in_target)))
+        code, bool(dp.variance_encoded_in_target), bool(dp.normalized_bbox)))

@@ -96,7 +96,8 @@ def prior_box(x, image, sizes, variance, img, step, offset, clip):
 
 @dataclass(frozen=True, slots=True)
 class DetectionOutput(Op):
-    """SSD detections from loc (N, P*L*4), conf (N, P*C) (probabilities) and priors (1, 2, P*4).
+    """SSD detections from loc (N, P*L*4), conf (N, P*C) (probabilities) and priors (1, 2, P*4)
+    (boxes then variances; (1, 1, P*4[, 1]), the boxes only, when ``encoded``).
 
     Boxes are decoded per ``code`` (corner: prior + v*loc; corner_size: prior + v*loc*(pw, ph,
     pw, ph); center_size: centre + v01*loc01*(pw, ph), size * exp(v23*loc23)), v the prior's
@@ -107,7 +108,11 @@ class DetectionOutput(Op):
     starts at ``nms_threshold`` and is multiplied by ``eta`` after
     each kept box while t > 0.5). Then the ``keep_top_k`` best of all classes (ties by label then
     NMS order). y = (1, 1, N*rows, 7), rows [image, label, score, xmin, ymin, xmax, ymax], padded
-    per image with [image, -1, ...] (see the module docstring)."""
+    per image with [image, -1, ...] (see the module docstring).
+
+    ``normalized`` false is OpenCV's ``normalized_bbox: false`` (boxes in pixels): center_size
+    decodes with prior width xmax - xmin + 1 (height likewise) and centre xmin + width / 2, and the
+    overlap counts sizes as (w + 1) * (h + 1), the intersection when w >= 0 and h >= 0."""
 
     kind = "detection_output"
     num_classes: int
@@ -120,6 +125,7 @@ class DetectionOutput(Op):
     keep_top_k: int = -1
     code: str = "corner"
     encoded: bool = False
+    normalized: bool = True
 
     def rows(self, priors: int) -> int:
         """Rows per image: the most detections an image can have (at least 1)."""
@@ -133,8 +139,10 @@ class DetectionOutput(Op):
 
     def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
         loc, conf, pri = shapes
-        if len(pri) != 3 or pri[:2] != (1, 2) or pri[2] % 4:
-            raise ShapeError(f"priors must have shape (1, 2, P*4), got {list(pri)}")
+        ok = ((1, 2),) if not self.encoded else ((1, 1), (1, 2))
+        if len(pri) not in (3, 4) or pri[3:] not in ((), (1,)) or pri[:2] not in ok or pri[2] % 4:
+            want = "(1, 2, P*4)" if not self.encoded else "(1, 1 or 2, P*4[, 1])"
+            raise ShapeError(f"priors must have shape {want}, got {list(pri)}")
         p = pri[2] // 4
         if math.prod(loc[1:]) != p * self.locs() * 4 or loc[0] != conf[0]:
             raise ShapeError(f"loc {list(loc)} does not hold {p} priors x {self.locs()} x 4 values")
@@ -145,9 +153,11 @@ class DetectionOutput(Op):
     def reference(self, xs, w):  # type: ignore[no-untyped-def]
         loc, conf, pri = xs
         n, p = loc.shape[0], pri.shape[2] // 4
-        prior, var = pri[0].reshape(2, p, 1, 4)
-        boxes = decode(loc.reshape(n, p, self.locs(), 4), prior, np.ones_like(var) if self.encoded else var,
-                       self.code, np.exp, np.stack)
+        flat = pri.reshape(-1)
+        prior = flat[:p * 4].reshape(p, 1, 4)
+        var = np.ones_like(prior) if self.encoded else flat[p * 4:].reshape(p, 1, 4)
+        boxes = decode(loc.reshape(n, p, self.locs(), 4), prior, var, self.code, np.exp, np.stack,
+                       0.0 if self.normalized else 1.0)
         scores = conf.reshape(n, p, self.num_classes)
         rows = self.rows(p)
         out = np.full((n, rows, 7), -1.0)
@@ -177,7 +187,7 @@ class DetectionOutput(Op):
         kept: list[int] = []
         t = self.nms_threshold
         for j in cand:
-            if not kept or bool(np.all(jaccard(boxes[j], boxes[kept]) <= t)):
+            if not kept or bool(np.all(jaccard(boxes[j], boxes[kept], self.normalized) <= t)):
                 kept.append(int(j))
                 if self.eta < 1 and t > 0.5:
                     t *= self.eta
@@ -187,63 +197,81 @@ class DetectionOutput(Op):
         cfg = (f"classes={self.num_classes}, share={self.share}, background={self.background}, "
                f"nms_threshold={fmt(self.nms_threshold)}, top_k={self.top_k}, eta={fmt(self.eta)}, "
                f"threshold={fmt(self.threshold)}, keep_top_k={self.keep_top_k}, code={self.code!r}, "
-               f"encoded={self.encoded}")
+               f"encoded={self.encoded}" + ("" if self.normalized else ", normalized=False"))
         return f"detection_output({', '.join(args)}, {cfg})"
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         detection_output_onnx(self, b, ins, outs)
 
 
-def decode(loc, prior, var, code, exp, stack):  # type: ignore[no-untyped-def]
-    """Caffe's DecodeBBox on the last axis (NumPy or torch: ``exp`` and ``stack`` given)."""
+def decode(loc, prior, var, code, exp, stack, plus=0.0):  # type: ignore[no-untyped-def]
+    """Caffe's DecodeBBox on the last axis (NumPy, torch or ONNX: ``exp`` and ``stack`` given).
+    ``plus`` 1 is OpenCV's unnormalized center_size: prior sizes + 1, centres xmin + size / 2."""
     if code == "corner":
         return prior + var * loc
     pw, ph = prior[..., 2] - prior[..., 0], prior[..., 3] - prior[..., 1]
     if code == "corner_size":
         return prior + var * loc * stack([pw, ph, pw, ph], -1)
-    cx = var[..., 0] * loc[..., 0] * pw + (prior[..., 0] + prior[..., 2]) / 2
-    cy = var[..., 1] * loc[..., 1] * ph + (prior[..., 1] + prior[..., 3]) / 2
+    if plus:
+        pw, ph = pw + plus, ph + plus
+        pcx, pcy = prior[..., 0] + pw / 2, prior[..., 1] + ph / 2
+    else:
+        pcx, pcy = (prior[..., 0] + prior[..., 2]) / 2, (prior[..., 1] + prior[..., 3]) / 2
+    cx = var[..., 0] * loc[..., 0] * pw + pcx
+    cy = var[..., 1] * loc[..., 1] * ph + pcy
     bw, bh = exp(var[..., 2] * loc[..., 2]) * pw, exp(var[..., 3] * loc[..., 3]) * ph
     return stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], -1)
 
 
-def jaccard(a: np.ndarray, others: np.ndarray) -> np.ndarray:
+def jaccard(a: np.ndarray, others: np.ndarray, normalized: bool = True) -> np.ndarray:
     """Caffe's JaccardOverlap of normalized boxes (the CPU one, on NormalizedBBox): box a with each
     of ``others`` (K, 4); 0 unless the intersection has positive width and height, so inverted
-    boxes (xmax < xmin) never overlap."""
+    boxes (xmax < xmin) never overlap. Not ``normalized`` (OpenCV's pixel boxes): sizes are
+    (w + 1) * (h + 1), the intersection's counted when w >= 0 and h >= 0."""
+    one = 0.0 if normalized else 1.0
     iw = np.minimum(others[:, 2], a[2]) - np.maximum(others[:, 0], a[0])
     ih = np.minimum(others[:, 3], a[3]) - np.maximum(others[:, 1], a[1])
-    inter = np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
-    sizes = (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1])
+    pos = (iw > 0) & (ih > 0) if normalized else (iw >= 0) & (ih >= 0)
+    inter = np.where(pos, (iw + one) * (ih + one), 0.0)
+    sizes = (others[:, 2] - others[:, 0] + one) * (others[:, 3] - others[:, 1] + one)
     with np.errstate(invalid="ignore", divide="ignore"):  # inter > 0: both sizes are positive
-        return np.where(inter > 0, inter / ((a[2] - a[0]) * (a[3] - a[1]) + sizes - inter), 0.0)
+        return np.where(inter > 0, inter / ((a[2] - a[0] + one) * (a[3] - a[1] + one) + sizes - inter), 0.0)
 
 
 _DECODE = '''
-def ssd_decode(loc, prior, var, code):
-    """Caffe's DecodeBBox: boxes from location offsets and priors (xmin, ymin, xmax, ymax)."""
+def ssd_decode(loc, prior, var, code, plus=0.0):
+    """Caffe's DecodeBBox: boxes from location offsets and priors (xmin, ymin, xmax, ymax); plus 1
+    is OpenCV's unnormalized center_size (prior sizes + 1, centres xmin + size / 2)."""
     if code == "corner":
         return prior + var * loc
     pw, ph = prior[..., 2] - prior[..., 0], prior[..., 3] - prior[..., 1]
     if code == "corner_size":
         return prior + var * loc * torch.stack([pw, ph, pw, ph], -1)
-    cx = var[..., 0] * loc[..., 0] * pw + (prior[..., 0] + prior[..., 2]) / 2
-    cy = var[..., 1] * loc[..., 1] * ph + (prior[..., 1] + prior[..., 3]) / 2
+    if plus:
+        pw, ph = pw + plus, ph + plus
+        pcx, pcy = prior[..., 0] + pw / 2, prior[..., 1] + ph / 2
+    else:
+        pcx, pcy = (prior[..., 0] + prior[..., 2]) / 2, (prior[..., 1] + prior[..., 3]) / 2
+    cx = var[..., 0] * loc[..., 0] * pw + pcx
+    cy = var[..., 1] * loc[..., 1] * ph + pcy
     bw, bh = torch.exp(var[..., 2] * loc[..., 2]) * pw, torch.exp(var[..., 3] * loc[..., 3]) * ph
     return torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], -1)
 '''
 
 _NMS = '''
-def greedy_nms(boxes, scores, threshold, top_k, nms_threshold, eta):
+def greedy_nms(boxes, scores, threshold, top_k, nms_threshold, eta, normalized=True):
     """Caffe's ApplyNMSFast: indices of the kept boxes, best first. Overlap is Jaccard on
-    normalized boxes, 0 unless the intersection has positive width and height."""
+    normalized boxes, 0 unless the intersection has positive width and height (not normalized:
+    OpenCV's pixel boxes, sizes (w + 1) * (h + 1), the intersection's when w >= 0 and h >= 0)."""
     cand = torch.nonzero(scores > threshold).flatten()
     cand = cand[torch.sort(scores[cand], descending=True, stable=True).indices]
     cand = cand[:top_k] if top_k > -1 else cand
     b = boxes[cand]
-    size = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    one = 0.0 if normalized else 1.0
+    size = (b[:, 2] - b[:, 0] + one) * (b[:, 3] - b[:, 1] + one)
     wh = (torch.minimum(b[:, None, 2:], b[None, :, 2:]) - torch.maximum(b[:, None, :2], b[None, :, :2]))
-    inter = torch.where((wh > 0).all(-1), wh.prod(-1), 0)
+    pos = (wh > 0).all(-1) if normalized else (wh >= 0).all(-1)
+    inter = torch.where(pos, (wh + one).prod(-1), 0)
     iou = torch.where(inter > 0, inter / (size[:, None] + size[None, :] - inter), 0).tolist()
     kept, t = [], nms_threshold
     for i in range(len(iou)):
@@ -256,12 +284,14 @@ def greedy_nms(boxes, scores, threshold, top_k, nms_threshold, eta):
 
 helper("detection_output", _DECODE + "\n" + _NMS + "\n" + '''
 def detection_output(loc, conf, priors, *, classes, share, background, nms_threshold, top_k, eta, threshold,
-                     keep_top_k, code, encoded):
+                     keep_top_k, code, encoded, normalized=True):
     """SSD DetectionOutput: (1, 1, N*rows, 7) rows [image, label, score, xmin, ymin, xmax, ymax],
     each image's detections (label ascending, score descending) then rows [image, -1, ...]."""
     n, p = loc.shape[0], priors.shape[2] // 4
-    prior, var = priors[0].reshape(2, p, 1, 4).unbind(0)
-    boxes = ssd_decode(loc.reshape(n, p, -1, 4), prior, torch.ones_like(var) if encoded else var, code)
+    flat = priors.reshape(-1)
+    prior = flat[:p * 4].reshape(p, 1, 4)
+    var = torch.ones_like(prior) if encoded else flat[p * 4:].reshape(p, 1, 4)
+    boxes = ssd_decode(loc.reshape(n, p, -1, 4), prior, var, code, 0.0 if normalized else 1.0)
     scores = conf.reshape(n, p, classes)
     per_class = p if top_k < 0 else min(top_k, p)
     most = (classes - (0 <= background < classes)) * per_class
@@ -273,7 +303,7 @@ def detection_output(loc, conf, priors, *, classes, share, background, nms_thres
         for c in range(classes):
             if c != background:
                 bx = boxes[i, :, 0 if share else c]
-                kept = greedy_nms(bx, scores[i, :, c], threshold, top_k, nms_threshold, eta)
+                kept = greedy_nms(bx, scores[i, :, c], threshold, top_k, nms_threshold, eta, normalized)
                 dets += [(c, scores[i, j, c], bx[j]) for j in kept.tolist()]
         if 0 <= keep_top_k < len(dets):
             best = sorted(range(len(dets)), key=lambda t: -float(dets[t][1]))

@@ -102,13 +102,16 @@ def _candidates(op: Any, b: Any, ins: list[str], p: str) -> tuple[str, str]:
 
     loc, conf, priors = ins
     c = op.num_classes
-    pri = b.op("Reshape", [priors, b.const([2, -1, 1, 4], "int64")])
-    prior = _V(b, b.op("Gather", [pri, b.const(0, "int64")], axis=0))
-    var = _V(b, b.op("Gather", [pri, b.const(1, "int64")], axis=0))
-    if op.encoded:
+    if op.encoded:  # (1, 1 or 2, P*4[, 1]): the first P boxes
+        pri = b.op("Reshape", [priors, b.const([-1, 1, 4], "int64")])
+        prior = _V(b, b.op("Slice", [pri, b.const([0], "int64"), p, b.const([0], "int64")]))
         var = prior * 0.0 + 1.0
+    else:
+        pri = b.op("Reshape", [priors, b.const([2, -1, 1, 4], "int64")])
+        prior = _V(b, b.op("Gather", [pri, b.const(0, "int64")], axis=0))
+        var = _V(b, b.op("Gather", [pri, b.const(1, "int64")], axis=0))
     loc4 = _V(b, b.op("Reshape", [loc, b.const([0, -1, op.locs(), 4], "int64")]))
-    boxes = decode(loc4, prior, var, op.code, _exp, _stack).name  # (N, P, L, 4)
+    boxes = decode(loc4, prior, var, op.code, _exp, _stack, 0.0 if op.normalized else 1.0).name  # (N, P, L, 4)
     boxes = b.op("Transpose", [boxes], perm=[0, 2, 1, 3])
     if op.share:
         boxes = b.op("Expand", [boxes, b.const([1, c, 1, 1], "int64")])
@@ -136,7 +139,7 @@ def detection_output_onnx(op: Any, b: Any, ins: list[str], outs: list[str]) -> N
     vals, idx = b.fresh("topv"), b.fresh("topi")
     b.op("TopK", [scores, k], [vals, idx], axis=1, largest=1, sorted=1)
     cand = b.op("GatherND", [boxes, b.op("Unsqueeze", [idx, b.const([-1], "int64")])], batch_dims=1)
-    keep = _greedy(op, b, _overlaps(b, cand), b.op("Greater", [vals, thr]), k)
+    keep = _greedy(op, b, _overlaps(b, cand, op.normalized), b.op("Greater", [vals, thr]), k)
     pair = b.op("Transpose", [b.op("NonZero", [keep])], perm=[1, 0])  # (S, 2): (image*C + class, candidate)
     pairs = b.op("Gather", [pair, b.const(0, "int64")], axis=1)
     label = b.op("Mod", [pairs, b.const(op.num_classes, "int64")])
@@ -147,17 +150,22 @@ def detection_output_onnx(op: Any, b: Any, ins: list[str], outs: list[str]) -> N
     _layout(op, b, n, p, img, table, outs)
 
 
-def _overlaps(b: Any, cand: str) -> str:
+def _overlaps(b: Any, cand: str, normalized: bool = True) -> str:
     """Caffe's Jaccard overlap of every pair of candidates (R, K, 4) -> (R, K, K): 0 unless the
-    intersection has positive width and height."""
+    intersection has positive width and height (not ``normalized``: OpenCV's pixel boxes, sizes
+    (w + 1) * (h + 1), the intersection's when w >= 0 and h >= 0)."""
     lo, hi = b.fresh("lo"), b.fresh("hi")
     b.op("Split", [cand, b.const([2, 2], "int64")], [lo, hi], axis=2)  # each (R, K, 2)
     wh = b.op("Sub", [hi, lo])  # (R, K, 2)
+    if not normalized:
+        wh = b.op("Add", [wh, b.const(1.0)])
     size = b.op("ReduceProd", [wh], axes=[2], keepdims=1)  # (R, K, 1)
     a_lo, a_hi = (b.op("Unsqueeze", [v, b.const([2], "int64")]) for v in (lo, hi))  # (R, K, 1, 2)
     o_lo, o_hi = (b.op("Unsqueeze", [v, b.const([1], "int64")]) for v in (lo, hi))  # (R, 1, K, 2)
     iwh = b.op("Sub", [b.op("Min", [a_hi, o_hi]), b.op("Max", [a_lo, o_lo])])  # (R, K, K, 2)
-    pos = b.op("Cast", [b.op("Greater", [iwh, b.const(0.0)])], to=1)
+    pos = b.op("Cast", [b.op("Greater" if normalized else "GreaterOrEqual", [iwh, b.const(0.0)])], to=1)
+    if not normalized:
+        iwh = b.op("Add", [iwh, b.const(1.0)])
     inter = b.op("ReduceProd", [b.op("Mul", [iwh, pos])], axes=[3], keepdims=0)  # 0 unless both > 0
     union = b.op("Sub", [b.op("Add", [size, b.op("Transpose", [size], perm=[0, 2, 1])]), inter])
     some = b.op("Greater", [inter, b.const(0.0)])
