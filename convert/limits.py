@@ -82,9 +82,10 @@ def check_bytes(nbytes: int, path: str | Path, where: str, what: str) -> None:
         raise BadModel(str(path), where, reason)
 
 
-def graph_bytes(graph: Graph) -> int:
-    """Memory to verify ``graph``: every value in float64 (the reference keeps them all) plus the weights."""
-    values = sum(math.prod(s) for s in graph.shapes.values())
+def graph_bytes(graph: Graph, shapes: dict[str, tuple[int, ...]] | None = None) -> int:
+    """Memory to verify ``graph`` (at the value ``shapes`` of another input size when given): every
+    value in float64 (the reference keeps them all) plus the weights."""
+    values = sum(math.prod(s) for s in (graph.shapes if shapes is None else shapes).values())
     return 8 * values + sum(int(w.nbytes) for w in graph.weights.values())
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 from . import detections, reference
 from .ir import Graph, Shape, release_mapped
 from .isolate import IsolatedError
-from .limits import over_budget
+from .limits import graph_bytes, over_budget
 from .torch_emit import import_model, variable_names
 
 log = logging.getLogger(__name__)
@@ -136,9 +135,8 @@ def second_size(g: Graph) -> tuple[dict[str, Shape] | None, str]:
     shapes = g.probe_inputs(spatial=dyn["spatial"], batch=False)
     if dyn["batch"]:
         shapes = {k: (1 if s[0] == 2 else 2, *s[1:]) for k, s in shapes.items()}
-    values = sum(math.prod(s) for s in g.infer_shapes(shapes).values())
-    over = over_budget(8 * values + sum(int(w.nbytes) for w in g.weights.values()),
-                       f"verifying at input shape {', '.join(str(list(s)) for s in shapes.values())}")
+    where = ", ".join(str(list(s)) for s in shapes.values())
+    over = over_budget(graph_bytes(g, g.infer_shapes(shapes)), f"verifying at input shape {where}")
     return (None, over) if over else (shapes, "")
 
 
