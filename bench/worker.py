@@ -5,11 +5,13 @@ turns a crash, a timeout or an out-of-memory kill into an ``error`` row."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib
 import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -159,7 +161,10 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
 def isolated(case: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Run a case in a fresh Python process; failures become error rows."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="zoo-case-") as tmp:
+    # named like convert.isolate's temporaries (zoo-KIND-HOST-PID-), which a later run removes when
+    # this process is gone (bench does not import convert: the same three parts, spelled here)
+    host = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:10]
+    with tempfile.TemporaryDirectory(prefix=f"zoo-case-{host}-{os.getpid()}-") as tmp:
         cin, cout = Path(tmp) / "case.json", Path(tmp) / "row.json"
         cin.write_text(json.dumps(case))
         env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]),

@@ -12,6 +12,7 @@ must not orphan an OpenCV or benchmark worker), and temporaries named after thei
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib
 import json
 import logging
@@ -33,7 +34,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 PARENT_ENV = "ZOO_PARENT_PID"  # the pid a child must die with
 PR_SET_PDEATHSIG = 1
-HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:16]
+HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:10]  # whole name: no two hosts alike
 # zoo's temporaries, optionally after a ".NAME." prefix (artifacts); nothing else ever matches
 _TEMP = re.compile(r"(?:\..+\.)?zoo-(?:tmp|old|iso|case)-(?P<host>[A-Za-z0-9]*)-(?P<pid>\d{1,10})-[a-z0-9_]+",
                    re.DOTALL)

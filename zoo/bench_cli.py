@@ -18,6 +18,7 @@ from bench import env as benv
 from bench import results, sweep
 from bench.cases import PROTOCOLS, default_precisions
 from convert.errors import ConvertError
+from convert.naming import printable
 
 from . import benchmark
 
@@ -84,7 +85,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         task = bar.add_task("preparing models", total=None)
 
         def prep(i: int, n: int, name: str) -> None:
-            bar.update(task, total=n, completed=i, description=f"converting/verifying {name}")
+            bar.update(task, total=n, completed=i, description=printable(f"converting/verifying {name}", 100))
 
         cases = benchmark.build(models, all_=all_, protocol=protocol, layers=layers, device=device,
                                 runtimes=runtimes, precisions=precisions, layouts=layouts or ["nchw"],
@@ -107,7 +108,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         task = bar.add_task("timing", total=len(cases), eta="?")
 
         def progress(i: int, n: int, case: Any, row: Any, eta: float) -> None:
-            label = f"{case.model} {case.runtime} {case.precision} b{case.batch} {case.mode}"
+            label = printable(f"{case.model} {case.runtime} {case.precision} b{case.batch} {case.mode}", 100)
             bar.update(task, total=n, completed=i, description=label,
                        eta="?" if math.isnan(eta) else f"{eta:.0f}s")
 
@@ -132,6 +133,8 @@ def _one_line() -> Iterator[None]:
 def _resumed(out_file: Path | None) -> results.Recorder:
     if out_file is None:
         raise ConvertError("--resume needs --out FILE (the results file to continue)")
+    if not os.path.lexists(out_file):
+        raise ConvertError(f"{out_file}: no such results file to continue (drop --resume to start one)")
     with _one_line():
         results.check_writable(out_file)
         return results.Recorder(out_file, {}, resume=True)
@@ -171,7 +174,7 @@ def _dry_run(out: Console, cases: list[Any], device: str, threads: int) -> None:
     for c in cases:
         est = 0.0 if c.status else sweep.estimate(c, rate)
         total += est
-        table.add_row(c.model, c.runtime, c.precision, c.layout, str(c.batch), c.mode, c.protocol,
+        table.add_row(printable(c.model, 60), c.runtime, c.precision, c.layout, str(c.batch), c.mode, c.protocol,
                       c.status or f"{est:.0f}")
     out.print(table)
     out.print(f"{len(cases)} cases, about {total / 60:.1f} minutes (rough: {sweep.EFFICIENCY:.0%} of the "
@@ -192,8 +195,8 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
                   "backward ms", "img/s", "max rel err", title="median ± IQR")
     for r in rows:
         v = r.get("verification") or {}
-        table.add_row(r["model"], r["runtime"], r["device"], r["precision"], str(r["batch"]), r["mode"],
-                      r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')}"[:60],
+        table.add_row(printable(r["model"], 60), r["runtime"], r["device"], r["precision"], str(r["batch"]), r["mode"],
+                      r["status"] if r["status"] == "ok" else printable(f"{r['status']}: {r.get('reason', '')}", 60),
                       _ms(r.get("forward")), _ms(r.get("backward")),
                       f"{r['images_per_s']:.1f}" if r.get("images_per_s") else "-",
                       f"{v['max_rel']:.1e}" if v.get("max_rel") is not None else "-")

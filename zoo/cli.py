@@ -269,7 +269,8 @@ def compare_cmd(
                   "B/A [95% CI]", "floor", "verdict", title="times per call: median ± IQR")
     for ln in c.lines:
         style = {"slower": "red", "faster": "green"}.get(ln.verdict, "")
-        table.add_row(*map(str, ln.case), ln.part, fmt_ms({"median_ms": ln.a_ms, "iqr_ms": ln.a_iqr}),
+        case = (printable(str(x), 60) for x in ln.case)  # model names are the user's text
+        table.add_row(*case, ln.part, fmt_ms({"median_ms": ln.a_ms, "iqr_ms": ln.a_iqr}),
                       fmt_ms({"median_ms": ln.b_ms, "iqr_ms": ln.b_iqr}), cmp.fmt_ratio(ln),
                       f"{ln.floor * 100:.1f}%", Text(ln.verdict, style=style))
     out.print(f"A: {a}\nB: {b}", highlight=False)
