@@ -31,9 +31,9 @@ def rows(a: np.ndarray) -> np.ndarray:
 
 
 def metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
-    """Like ``verify.metrics``: max_rel is the largest absolute score or coordinate difference
-    (boxes are normalized: [0, 1] in the image), relative to the largest value where that is
-    beyond 1; inf when counts or labels differ."""
+    """Like ``verify.metrics``: max_rel is the largest absolute score difference or coordinate
+    difference (normalized boxes: [0, 1] in the image; coordinates relative to the largest one
+    where that is beyond 1, as pixel boxes are); inf when counts or labels differ."""
     a = rows(ref)
     if np.asarray(out).size % 7:
         return _bad(a, f"shape {list(np.shape(out))} is not a list of 7-value rows")
@@ -52,8 +52,10 @@ def metrics(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
         used[j] = True
         diff[i] = np.abs(b[j, 2:] - r[2:])
     finite = bool(np.all(np.isfinite(diff)))
-    scale = max(1.0, float(np.abs(a[:, 2:]).max())) if len(a) else 1.0  # boxes far outside the image
-    d["max_rel"] = float(diff.max()) / scale if finite and diff.size else (0.0 if finite else float("inf"))
+    # scores absolutely; coordinates relative to the largest when boxes are in pixels or far outside
+    scale = max(1.0, float(np.abs(a[:, 3:]).max())) if len(a) else 1.0
+    worst = max(float(diff[:, 0].max()), float(diff[:, 1:].max()) / scale) if diff.size else 0.0
+    d["max_rel"] = worst if finite else float("inf")
     d["rel_l2"] = float(np.linalg.norm(diff) / (np.linalg.norm(a[:, 2:]) or 1.0)) if finite else float("inf")
     return d
 

@@ -12,7 +12,7 @@ import pytest
 
 from convert.api import convert
 from convert.detections import metrics as det_metrics
-from convert.errors import BadModel, Unsupported
+from convert.errors import BadModel, ShapeError, Unsupported
 from convert.ir import Graph
 from convert.ops.detect import DetectionOutput, PriorBox
 from convert.torch_emit import model_source
@@ -443,3 +443,20 @@ def test_faster_rcnn_unnormalized_detection_output_agrees_with_opencv(tmp_path: 
     for backend in ("pytorch", "onnxruntime", "opencv"):
         assert v[backend]["ok"] is True and v[backend]["max_rel"] < 1e-4, (backend, v[backend])
         assert v[backend]["compare"]["detection_out"].endswith(": 100 found"), v[backend]
+
+
+def test_pixel_boxes_do_not_hide_a_wrong_score() -> None:
+    """Coordinates in pixels scale the box differences, never the score's (0.9 against 0.5)."""
+    ref = np.array([[[[0, 1, 0.9, 10, 20, 300, 400]]]])
+    out = ref.copy()
+    out[..., 2] = 0.5
+    assert det_metrics(ref, out)["max_rel"] == pytest.approx(0.4)
+    out = ref.copy()
+    out[..., 5] += 0.04  # 0.04 px on a 400 px scale
+    assert det_metrics(ref, out)["max_rel"] == pytest.approx(1e-4)
+
+
+def test_a_conf_blob_without_axes_is_refused() -> None:
+    op = DetectionOutput(2)
+    with pytest.raises(ShapeError, match="batch axis"):
+        op.infer([(1, 8), (), (1, 2, 8)], {})

@@ -87,10 +87,9 @@ PY_DEFAULTS = {"feat_stride": 16, "base_size": 16, "min_size": 16, "pre_nms_topn
 
 
 def _numbers(v: Any, listed: bool) -> bool:
-    number = (int, float)
-    if listed:
-        return isinstance(v, list | tuple) and all(isinstance(x, number) and not isinstance(x, bool) for x in v)
-    return isinstance(v, number) and not isinstance(v, bool)
+    """Finite numbers within 2^31 (what the proto's own fields could hold)."""
+    ok = lambda x: isinstance(x, int | float) and not isinstance(x, bool) and abs(x) < 2**31  # noqa: E731
+    return isinstance(v, list | tuple) and all(map(ok, v)) if listed else ok(v)
 
 
 @layer("Python.ProposalLayer", bottoms=(3, 3), tops=(1, 2))

@@ -144,6 +144,8 @@ class DetectionOutput(Op):
             want = "(1, 2, P*4)" if not self.encoded else "(1, 1 or 2, P*4[, 1])"
             raise ShapeError(f"priors must have shape {want}, got {list(pri)}")
         p = pri[2] // 4
+        if not loc or not conf:
+            raise ShapeError(f"loc {list(loc)} and conf {list(conf)} need a batch axis")
         if math.prod(loc[1:]) != p * self.locs() * 4 or loc[0] != conf[0]:
             raise ShapeError(f"loc {list(loc)} does not hold {p} priors x {self.locs()} x 4 values")
         if math.prod(conf[1:]) != p * self.num_classes:
