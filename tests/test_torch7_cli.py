@@ -86,3 +86,15 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path: Path, kind: str, message:
         assert "unsupported torch7 module class" in r.output
     assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
     assert not out.exists() or not any(out.iterdir())  # nothing half-written
+
+
+def test_one_value_output_twice_in_a_table(tmp_path: Path) -> None:
+    """A table output holding the same computed value twice: both outputs, not a KeyError."""
+    lua = tmp_path / "twice.lua"
+    lua.write_text("local m = nn.Sequential()\nm:add(nn.SpatialConvolution(3, 4, 3, 3))\n"
+                   "local t = nn.ConcatTable()\nt:add(nn.Identity())\nt:add(nn.Identity())\n"
+                   "m:add(t)\nreturn m\n")
+    r = CliRunner().invoke(app, ["convert", str(lua), "--out", str(tmp_path / "o"), "--input-shape", "input=1,3,8,8"])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "o" / "twice" / "convert.json").read_text())
+    assert info["outputs"] == ["output1", "output2"] and info["status"] == "verified"

@@ -17,7 +17,7 @@ from ..ops.lcn import LocalNorm
 from ..ops.shape import Reshape, Transpose
 from ..ops.unpool import MaxUnpool
 from .frontend import Builder, Mod, Value
-from .modules import MODULES, _rank, module
+from .modules import MODULES, _rank, _window, module
 from .t7file import TorchObject
 
 # --- max unpooling ---------------------------------------------------------------------------
@@ -49,8 +49,7 @@ def max_unpool(b: Builder, m: Mod, x: Value) -> Value:
     if src is None:
         raise m.fail("its pooling module has not run before it (Torch7 would have no indices)")
     p = Mod(pool, m.path, m.file)
-    k, s = (p.int("kH"), p.int("kW")), (p.int("dH"), p.int("dW"))
-    pad = (p.int("padH", 0), p.int("padW", 0))
+    k, s, pad = _window(p)
     op = MaxUnpool(k, s, pad, bool(p.get("ceil_mode", False)))
     y = b.node(m, op, [x, src])
     # OpenCV sizes the output (n - 1) * stride + kernel - 2 * pad, not the pooling's input size
@@ -80,9 +79,17 @@ def subsampling(b: Builder, m: Mod, x: Value) -> Value:
     c = m.int("nInputPlane", w.size)
     if w.size != c or bias.size != c:
         raise m.fail(f"weight {w.size} and bias {bias.size} values for {c} planes")
+    _fits(b, m, x, kh, kw)
     kernel = w[:, None, None, None] * np.ones((1, 1, kh, kw), np.float32)
     op = Conv((kh, kw), (m.int("dH", 1), m.int("dW", 1)), group=c)
     return _spatial(b, m, x, lambda v: b.node(m, op, [v], {"weight": kernel, "bias": bias}))
+
+
+def _fits(b: Builder, m: Mod, x: Value, kh: int, kw: int) -> None:
+    """A kernel that fits the input (checked before any kernel-sized array is made)."""
+    shape = b.shape(b.tensor(m, x))
+    if kh < 1 or kw < 1 or len(shape) < 3 or kh > shape[-2] or kw > shape[-1]:
+        raise m.fail(f"a {kh}x{kw} kernel does not fit the input {list(shape)}")
 
 
 def _table(m: Mod, w: np.ndarray) -> np.ndarray:
@@ -114,11 +121,14 @@ def conv_map(b: Builder, m: Mod, x: Value) -> Value:
     w, bias = b.weight(m, "weight"), b.weight(m, "bias").reshape(-1)
     if w.size % (kh * kw):
         raise m.fail(f"weight of shape {list(w.shape)} does not hold {kh}x{kw} kernels")
+    _fits(b, m, x, kh, kw)
     w = w.reshape(-1, kh, kw)
     t = _table(m, w)
     n_in, n_out = m.int("nInputPlane", int(t[:, 0].max()) + 1), m.int("nOutputPlane", bias.size)
     if t[:, 0].max() >= n_in or t[:, 1].max() >= n_out or bias.size != n_out:
         raise m.fail(f"connTable or bias does not fit {n_in} input and {n_out} output planes")
+    if len(b.shape(x)) >= 3 and n_in != b.shape(x)[-3]:
+        raise m.fail(f"nInputPlane {n_in} does not fit an input of {b.shape(x)[-3]} channels")
     dense = np.zeros((n_out, n_in, kh, kw), np.float64)
     np.add.at(dense, (t[:, 1], t[:, 0]), w.astype(np.float64))
     g = _groups(t, n_in, n_out)

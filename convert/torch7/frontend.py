@@ -261,13 +261,13 @@ def _set_outputs(b: Builder, out: Value) -> None:
     if not values:
         raise BadModel(b.path, "", "the model outputs an empty table")
     names = ["output"] if len(values) == 1 else [f"output{i + 1}" for i in range(len(values))]
-    taken: set[str] = set()
+    renamed: dict[str, str] = {}
     for v, name in zip(values, names):
-        if v in b.g.inputs or v in taken:  # the input itself, or a value output twice: copy it
-            b.g.add(Power(), [v], [name], "output")
+        if v in b.g.inputs or v in renamed:  # the input itself, or a value output twice: copy it
+            b.g.add(Power(), [renamed.get(v, v)], [name], "output")
         else:
             _rename(b.g, v, name)
-        taken.add(v)
+            renamed[v] = name
     b.g.outputs = names
 
 
