@@ -167,10 +167,14 @@ def reverify(art: Path) -> artifacts.Converted:
     runner, known = _original_runner(g, art)
     report = verify_sizes(g, art, runner, known)
     sizes = report.pop("sizes")
-    info.update(status=report["status"], verification=report, verification_sizes=sizes, dynamic=g.dynamic())
+    info.update(status=report["status"], verification=report, verification_sizes=sizes, dynamic=g.dynamic(),
+                dynamic_batch=g.dynamic_batch())
     tmp = info_path.with_name(f".convert.json.{os.getpid()}.tmp")  # a crash or full disk loses nothing
-    tmp.write_text(artifacts.dump_json(info))
-    os.replace(tmp, info_path)
+    try:
+        tmp.write_text(artifacts.dump_json(info))
+        os.replace(tmp, info_path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return artifacts.Converted(art, info)
 
 

@@ -106,7 +106,7 @@ class Graph:
     shapes: dict[str, Shape] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)  # name, source, framework, ...
     _attrs: Names | None = field(default=None, repr=False, compare=False)
-    _values: tuple[tuple[int, int, int], set[str]] | None = field(default=None, repr=False, compare=False)
+    _values: tuple[tuple[list[Node], int, int], set[str]] | None = field(default=None, repr=False, compare=False)
 
     def add_input(self, name: str, shape: Shape) -> str:
         if not name or name in self._defined():
@@ -163,18 +163,18 @@ class Graph:
 
     def _defined(self) -> set[str]:
         """Names of the inputs and node outputs, kept between calls while nodes are only added."""
-        key = (id(self.nodes), len(self.nodes), len(self.inputs))
-        if self._values is None or self._values[0] != key:
+        key = (self.nodes, len(self.nodes), len(self.inputs))  # the list itself: an id could be reused
+        if self._values is None or not _same(self._values[0], key):
             self._values = key, set(self.inputs).union(*(n.outputs for n in self.nodes))
         return self._values[1]
 
     def _defined_add(self, *names: str) -> None:
         """After an input or a node was added: the new names join the kept set."""
-        if self._values is None or self._values[0][0] != id(self.nodes):
+        if self._values is None or self._values[0][0] is not self.nodes:
             self._values = None  # the node list was replaced: count afresh (the names are in it)
         else:
             self._values[1].update(names)
-            self._values = (id(self.nodes), len(self.nodes), len(self.inputs)), self._values[1]
+            self._values = (self.nodes, len(self.nodes), len(self.inputs)), self._values[1]
 
     def node_weights(self, node: Node) -> dict[str, np.ndarray]:
         return {r: self.weights[n] for r, n in node.weight_names().items()}
@@ -273,6 +273,10 @@ class Graph:
             g.nodes.append(Node(Op.from_json(n["op"]), tuple(n["inputs"]), tuple(n["outputs"]),
                                 n["name"], n["attr"]))
         return g
+
+
+def _same(a: tuple[list[Node], int, int], b: tuple[list[Node], int, int]) -> bool:
+    return a[0] is b[0] and a[1:] == b[1:]
 
 
 def release_mapped(g: Graph) -> None:

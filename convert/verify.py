@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import detections, reference
+from .errors import ShapeError
 from .ir import Graph, Shape, release_mapped
 from .isolate import IsolatedError
 from .limits import graph_bytes, over_budget
@@ -136,7 +137,11 @@ def second_size(g: Graph) -> tuple[dict[str, Shape] | None, str]:
     if dyn["batch"]:
         shapes = {k: (1 if s[0] == 2 else 2, *s[1:]) for k, s in shapes.items()}
     where = ", ".join(str(list(s)) for s in shapes.values())
-    over = over_budget(graph_bytes(g, g.infer_shapes(shapes)), f"verifying at input shape {where}")
+    try:  # batch and size were probed one at a time: a net may refuse them together
+        values = g.infer_shapes(shapes)
+    except ShapeError as e:
+        return None, f"the net refuses input shape {where}: {e}"
+    over = over_budget(graph_bytes(g, values), f"verifying at input shape {where}")
     return (None, over) if over else (shapes, "")
 
 
