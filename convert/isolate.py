@@ -36,8 +36,8 @@ PARENT_ENV = "ZOO_PARENT_PID"  # the pid a child must die with
 PR_SET_PDEATHSIG = 1
 HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:10]  # whole name: no two hosts alike
 # zoo's temporaries, optionally after a ".NAME." prefix (artifacts); nothing else ever matches
-_TEMP = re.compile(r"(?:\..+\.)?zoo-(?:tmp|old|iso|case)-(?P<host>[A-Za-z0-9]*)-(?P<pid>\d{1,10})-[a-z0-9_]+",
-                   re.DOTALL)
+_TEMP = re.compile(r"(?:\.(?P<name>.+)\.)?zoo-(?P<kind>tmp|old|iso|case)-(?P<host>[A-Za-z0-9]*)"
+                   r"-(?P<pid>\d{1,10})-[a-z0-9_]+", re.DOTALL)
 
 
 class IsolatedError(Exception):
@@ -110,6 +110,10 @@ def clean_stale(parent: Path) -> list[Path]:
     for e in entries:
         m = _TEMP.fullmatch(e.name)
         if not m or m["host"] != HOST or alive(int(m["pid"])) or not e.is_dir(follow_symlinks=False):
+            continue
+        if m["kind"] == "old" and m["name"] and not os.path.lexists(Path(parent) / m["name"]):
+            os.rename(e.path, Path(parent) / m["name"])  # killed between the two renames: put it back
+            log.info("restored %s, left by process %s", Path(parent) / m["name"], m["pid"])
             continue
         shutil.rmtree(e.path, ignore_errors=True)
         log.info("removed %s, left by process %s", e.path, m["pid"])

@@ -375,3 +375,13 @@ def test_the_default_results_path_is_always_a_new_file(tmp_path: Path, monkeypat
     Recorder(first, env)
     second = benchmark.default_results_path(env)
     assert second != first and second.name == "20260101-000000-2.json" and not second.exists()
+
+
+def test_a_model_moved_aside_by_a_killed_run_is_put_back(tmp_path: Path) -> None:
+    """Killed between moving the old model aside and moving the new one in: the next run restores it."""
+    out = tmp_path / "out"
+    aside = out / f".small.zoo-old-{isolate.HOST}-{_dead_pid()}-0f0f"
+    aside.mkdir(parents=True)
+    (aside / "convert.json").write_text('{"zoo_version": "0"}')
+    isolate.clean_stale(out)
+    assert (out / "small" / "convert.json").is_file() and not aside.exists()
