@@ -6,7 +6,9 @@ and exits with code 2. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 
 
 class ConvertError(Exception):
@@ -30,19 +32,29 @@ class BadModel(ConvertError):
 class Unsupported(ConvertError):
     """One or more layers (or modules) have no conversion; all of them are named at once."""
 
-    def __init__(self, path: str, framework: str, items: list[tuple[str, str]], reason: str = "") -> None:
+    def __init__(self, path: str, framework: str, items: list[tuple[str, str]], reason: str = "",
+                 known: Iterable[str] = ()) -> None:
+        """``known``: the supported names, for a "did you mean" on a typo."""
         self.path, self.framework, self.items = str(path), framework, items
         types: dict[str, list[str]] = {}
         for kind, layer in items:
             types.setdefault(kind, []).append(layer)
+        known = list(known)
         listed = "; ".join(
-            f"{_plain(kind)} ({', '.join(repr(n) for n in names[:3])}{', …' if len(names) > 3 else ''})"
+            f"{_plain(kind)} ({', '.join(repr(n) for n in names[:3])}{', …' if len(names) > 3 else ''}"
+            f"{did_you_mean(kind, known, '; ')})"
             for kind, names in types.items()
         )
         what = "layer type" if framework == "caffe" else "module class"
         plural = ("es" if what.endswith("s") else "s") if len(types) > 1 else ""
         tail = f" ({reason})" if reason else ""
         super().__init__(f"{self.path}: unsupported {framework} {what}{plural}: {listed}{tail}")
+
+
+def did_you_mean(word: str, known: Iterable[str], sep: str = " ") -> str:
+    """'; did you mean 'InnerProduct'?' for a near miss among ``known`` (a typo), else ''."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.8)
+    return f"{sep}did you mean {close[0]!r}?" if close else ""
 
 
 def _plain(kind: str) -> str:

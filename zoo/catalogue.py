@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOTXT = ROOT / "prototxt"
@@ -50,3 +58,79 @@ CATALOGUE: dict[str, Entry] = {e.name: e for e in CAFFE + LUA_ENTRIES}
 
 def find(name: str) -> Entry | None:
     return CATALOGUE.get(name)
+
+
+# `zoo list`: the figures of each entry are static (they follow from its definition file and the
+# converter), so they are kept in a small cache; a warm `zoo list` then imports neither torch nor
+# the converter, and runs no Lua definition.
+LIST_CACHE = ROOT / "outputs" / "cache" / "zoo-list.json"
+
+
+def status_of(name: str, out: Path) -> str:
+    try:
+        info = json.loads((out / name / "convert.json").read_text())
+    except (OSError, ValueError):
+        return "not converted"
+    return str(info.get("status", "?"))
+
+
+def _code_key() -> str:
+    """zoo's version and the converter's sources: a change in either may change the figures."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        h = hashlib.sha256(version("zoo").encode())
+    except PackageNotFoundError:
+        h = hashlib.sha256(b"?")
+    for p in sorted((ROOT / "convert").rglob("*.py")):
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _key(e: Entry, code: str) -> str:
+    h = hashlib.sha256(e.source.read_bytes())
+    h.update(json.dumps([code, e.args, e.input]).encode())
+    return h.hexdigest()
+
+
+def _figures(e: Entry) -> dict[str, Any]:
+    from .pipeline import Target, describe  # torch and the converter: only on a cache miss
+
+    g = describe(Target(e.name, e.source, dict(e.args), e))
+    batch = next(iter(g.inputs.values()))[0]
+    return {"params": g.param_count(), "macs": g.macs() // batch}
+
+
+def list_rows(out: Path, cache: Path = LIST_CACHE) -> list[dict[str, Any]]:
+    """name, source, input, params, macs (per image), status of every entry; figures from the cache
+    where their key matches, computed (and the cache rewritten) where not."""
+    try:
+        old = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        old = {}
+    old = old if isinstance(old, dict) else {}
+    code, new, rows = _code_key(), {}, []
+    for e in CATALOGUE.values():
+        k = _key(e, code)
+        hit = old.get(e.name)
+        new[e.name] = hit if isinstance(hit, dict) and hit.get("key") == k else {"key": k, **_figures(e)}
+        rows.append({"name": e.name, "source": str(e.source.relative_to(ROOT)), "input": "x".join(map(str, e.input)),
+                     "params": new[e.name]["params"], "macs": new[e.name]["macs"], "status": status_of(e.name, out)})
+    if new != old:
+        _save(cache, new)
+    return rows
+
+
+def _save(cache: Path, data: dict[str, Any]) -> None:
+    """Atomically; a cache that cannot be written is only slower next time."""
+    tmp = None
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{cache.name}.", dir=cache.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, cache)
+    except OSError as e:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        log.info("zoo list cache not saved: %s", e)

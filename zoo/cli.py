@@ -52,8 +52,29 @@ class _Handler(logging.Handler):
         tell(err, level, "yellow", record.getMessage())
 
 
+def versions() -> str:
+    """'zoo 0.1.0 (torch 2.13.0+cpu, onnx 1.23.2, onnxruntime 1.32.0)', read without importing them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"zoo {v('zoo')} (" + ", ".join(f"{n} {v(n)}" for n in ("torch", "onnx", "onnxruntime")) + ")"
+
+
+def _version(flag: bool) -> None:
+    if flag:
+        typer.echo(versions())
+        raise typer.Exit()
+
+
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show info messages.")) -> None:
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show info messages."),
+         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the versions of zoo, torch, onnx and onnxruntime.")) -> None:
     root = logging.getLogger()
     root.handlers[:] = [_Handler()]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -73,6 +94,15 @@ def _args(specs: list[str] | None) -> dict[str, str]:
             raise ConvertError(f"--arg {s!r}: expected key=value")
         res[k] = v
     return res
+
+
+def si(x: float) -> str:
+    """Three significant digits and a unit: 724406816 -> '724M', 1.583e9 -> '1.58G', 43200 -> '43.2k'
+    (a small net's multiply-adds are not '0.000 G')."""
+    scale, unit = next(((s, u) for s, u in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+                        if abs(x) >= 0.9995 * s), (1.0, ""))
+    v = x / scale
+    return f"{v:.{2 if abs(v) < 9.995 else 1 if abs(v) < 99.95 else 0}f}{unit}"
 
 
 def _fmt(x: float | None) -> str:
@@ -97,7 +127,7 @@ def convert_cmd(
     ts = targets(models or [], all_)
     if weights and len(ts) > 1:
         raise ConvertError("--weights applies to a single model")
-    table = Table("model", "status", "params", "GMACs", "PyTorch", "ONNX Runtime", "OpenCV", "seconds",
+    table = Table("model", "status", "params", "MACs", "PyTorch", "ONNX Runtime", "OpenCV", "seconds",
                   title="max |a-b| / max |ref| against the float64 reference")
     failed = False
     for t in ts:
@@ -107,8 +137,8 @@ def convert_cmd(
         b = info["verification"].get("backends", {})
         cv = b.get("opencv", {})
         cv_txt = _fmt(cv.get("max_rel")) if "max_rel" in cv else cv.get("status", "-")
-        table.add_row(printable(t.name, 60), info["status"], f"{info['params'] / 1e6:.2f}M",
-                      f"{info['macs_per_image'] / 1e9:.3f}", _fmt(b.get("pytorch", {}).get("max_rel")),
+        table.add_row(printable(t.name, 60), info["status"], si(info["params"]),
+                      si(info["macs_per_image"]), _fmt(b.get("pytorch", {}).get("max_rel")),
                       _fmt(b.get("onnxruntime", {}).get("max_rel")), cv_txt, f"{secs:.1f}")
         if info["status"] == "mismatch":
             failed = True
@@ -144,13 +174,33 @@ def verify_cmd(dirs: list[Path] = typer.Argument(..., help="Artifact directories
 @user_errors
 def list_cmd(out_dir: Path = typer.Option(Path("outputs/models"), "--out")) -> None:
     """The zoo: name, definition file, input size, parameters, multiply-adds, conversion status."""
-    from .pipeline import catalogue_rows
+    from .catalogue import list_rows  # not the pipeline: a warm `zoo list` imports no torch
 
-    table = Table("name", "source", "input", "params", "GMACs", "status")
-    for r in catalogue_rows(out_dir):
-        table.add_row(r["name"], r["source"], r["input"], f"{r['params'] / 1e6:.2f}M",
-                      f"{r['gmacs']:.3f}", r["status"])
+    table = Table("name", "source", "input", "params", "MACs", "status", caption="MACs: multiply-adds per image")
+    for r in list_rows(out_dir):
+        table.add_row(r["name"], r["source"], r["input"], si(r["params"]), si(r["macs"]), r["status"])
     out.print(table)
+
+
+@app.command("clean")
+@user_errors
+def clean_cmd(models: list[str] = typer.Argument(None, help="Zoo names (or folder names under --out)."),
+              all_: bool = typer.Option(False, "--all", help="Every converted model."),
+              out_dir: Path = typer.Option(Path("outputs/models"), "--out")) -> None:
+    """Remove converted models: OUT/MODEL and the benchmark's variants of it in outputs/cache (folders zoo
+    wrote only; anything else is left)."""
+    from .pipeline import clean, converted_dirs, is_variant
+
+    dirs, left = converted_dirs(models or [], all_, out_dir)
+    for m in models or []:
+        if not any(d.name == m or is_variant(m, d.name) for d in dirs):
+            out.print(printable(f"{m}: not converted, nothing to remove"))
+    freed = clean(dirs)
+    for d in dirs:
+        out.print(printable(f"removed {d}"))
+    for d in left:
+        out.print(printable(f"left {d}: not a folder zoo wrote"))
+    out.print(f"{len(dirs)} converted model folder(s) removed, {freed / 1e9:.2f} GB freed", highlight=False)
 
 
 @app.command("info")
@@ -169,7 +219,7 @@ def info_cmd(model: str = typer.Argument(..., help="A model file or zoo name."),
     batch = next(iter(g.inputs.values()))[0]
     out.print(printable(f"inputs {dict(g.inputs)}  outputs {g.outputs}"))
     out.print(f"parameters {g.param_count():,}   multiply-adds {g.macs():,} "
-              f"({g.macs() / batch / 1e9:.3f} G per image)", highlight=False)
+              f"({si(g.macs() / batch)} per image)", highlight=False)
 
 
 @app.command("bench")
@@ -196,6 +246,8 @@ def bench_cmd(
     isolate: bool = typer.Option(True, help="Each case in a fresh process (default)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
     seed: int = typer.Option(0),
+    keep: bool = typer.Option(False, "--keep", help="Keep each model's converted files (outputs/models, "
+                              "outputs/cache) after its cases; by default what this run wrote is removed."),
 ) -> None:
     """Time converted models under identical conditions across runtimes, devices and precisions."""
     from .bench_cli import run_bench
@@ -203,7 +255,8 @@ def bench_cmd(
     run_bench(out, err, models=models or [], all_=all_, gpu=gpu, runtimes=runtime or [],
               precisions=precision or [], layouts=layout or [], batches=batch or [], mode=mode,
               protocol=protocol, layers=layers, out_file=out_file, resume=resume, dry_run=dry_run,
-              budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed)
+              budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed,
+              keep=keep)
 
 
 @app.command("report")

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadModel
+from ..errors import BadModel, did_you_mean
 from .schema import SCHEMA, Field, Msg
 
 log = logging.getLogger(__name__)
@@ -196,8 +196,9 @@ class Parser:
                 return
             except ValueError:
                 pass
-        self.note(logging.WARNING, "field '%s' is not in BVLC Caffe's %s (fork-specific?); ignored",
-                  name, name.text, msg.type_name)
+        typo = did_you_mean(name.text, SCHEMA.messages[msg.type_name].fields)
+        self.note(logging.WARNING, "field '%s' is not in BVLC Caffe's %s (%s); ignored", name, name.text,
+                  msg.type_name, typo.strip() if typo else "fork-specific?")
 
     def skip_block(self, close: str, start: Tok) -> None:
         depth = 1
@@ -254,7 +255,8 @@ def _enum(typ: str, t: Tok) -> str:
         if isinstance(name, str):
             return name
     shown = list(values)[:8]
-    raise ValueError(f"expected one of {', '.join(shown)}{', …' if len(values) > len(shown) else ''}")
+    typo = did_you_mean(t.text, values, "; ") if t.kind == "ident" else ""
+    raise ValueError(f"expected one of {', '.join(shown)}{', …' if len(values) > len(shown) else ''}{typo}")
 
 
 def _show(text: str, limit: int = 40) -> str:
