@@ -30,7 +30,7 @@ from . import __version__
 from .errors import BadModel, ConvertError
 from .ir import Graph, Shape
 from .isolate import clean_stale, peak_rss_bytes, temp_prefix
-from .onnx_emit import check_structure, write_onnx
+from .onnx_emit import check_structure, finish, write_onnx
 from .torch_emit import model_source
 from .verify import verify_sizes
 
@@ -73,8 +73,8 @@ class Converted:
 
 def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
           opencv_factory: Callable[[Path], Any] | None = None, known_opencv: list[str] | None = None,
-          check: bool = True, title: str = "") -> Converted:
-    """Write, verify and move into place the artifacts of ``g`` at ``dest``."""
+          check: bool = True, title: str = "", fp16: bool = False) -> Converted:
+    """Write, verify and move into place the artifacts of ``g`` at ``dest`` (``fp16``: and model.fp16.onnx)."""
     check_name(dest.name)
     check_replaceable(dest)
     try:
@@ -96,6 +96,7 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         report = verify_sizes(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
             if check else {"status": "unverified"}
         info = summary(g, report, write_seconds)
+        finish(g, tmp, info, fp16)  # metadata (source, fingerprint, verification) into the ONNX
         (tmp / "convert.json").write_text(dump_json(info))
         tmp.chmod(0o755)
         _replace(tmp, dest)

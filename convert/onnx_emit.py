@@ -9,6 +9,8 @@ protobuf cannot parse messages over 2 GB.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -32,9 +34,11 @@ class OnnxBuilder:
     Names it makes (nodes, intermediate values, constants) never take a name in ``taken`` (the
     IR's values and weights): a layer may call a blob anything, ``conv1/relu_3`` included."""
 
-    def __init__(self, graph: Graph, taken: set[str]) -> None:
+    def __init__(self, graph: Graph, taken: set[str], inits: dict[str, np.ndarray] | None = None) -> None:
         self.graph = graph
         self.taken = taken
+        self.inits = inits or {}  # initializer name -> the IR weight
+        self.shaped: dict[str, Shape] = {}  # initializers stored in another shape than the IR's
         self.nodes: list[onnx.NodeProto] = []
         self.consts: dict[str, np.ndarray] = {}
         self._n = 0
@@ -64,6 +68,18 @@ class OnnxBuilder:
     def shape(self, value: str) -> Shape:
         return self.graph.shapes[value]
 
+    def param_shape(self, name: str) -> Shape:
+        """The IR shape of the weight behind initializer ``name``."""
+        return tuple(self.inits[name].shape)
+
+    def param(self, name: str, shape: list[int] | tuple[int, ...]) -> str:
+        """Initializer ``name`` stored in the shape an op needs (broadcastable, no Reshape node in the
+        graph); a second use wanting another shape gets its own constant."""
+        target = tuple(self.inits[name].reshape(shape).shape)
+        if self.shaped.setdefault(name, target) == target:
+            return name
+        return self.const(self.inits[name].reshape(target), self.inits[name].dtype.name, "param")
+
 
 def weight_names(g: Graph) -> dict[str, str]:
     """ONNX initializer name of each IR weight: its own, unless a value (a blob) has that name."""
@@ -84,7 +100,7 @@ def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[s
     """The ModelProto without weight data, the weights (IR weights and op constants) to stream,
     and which of them are IR weights (the rest are the ops' constants)."""
     wmap = weight_names(g)
-    b = OnnxBuilder(g, set(g.shapes) | set(wmap.values()))
+    b = OnnxBuilder(g, set(g.shapes) | set(wmap.values()), {wmap[k]: v for k, v in g.weights.items()})
     for node in g.nodes:
         b.layer = label(node.name)
         node.op.onnx(b, list(node.inputs), list(node.outputs),
@@ -94,10 +110,31 @@ def build_skeleton(g: Graph, name: str = "zoo") -> tuple[onnx.ModelProto, dict[s
                               producer_name="zoo")
     model.ir_version = 8  # opset 17 needs IR >= 8; keep it low for older runtimes
     used = {i for n in b.nodes for i in n.input}
-    weights = {wmap[k]: v for k, v in g.weights.items() if wmap[k] in used}
+    weights = {wmap[k]: v.reshape(b.shaped.get(wmap[k], v.shape)) for k, v in g.weights.items() if wmap[k] in used}
     learned = set(weights)
     weights.update(b.consts)
+    model.graph.value_info.extend(_inferred(model, weights, learned))
     return model, weights, learned
+
+
+def _typed(model: onnx.ModelProto, weights: dict[str, np.ndarray], learned: set[str]) -> onnx.ModelProto:
+    """A copy of the skeleton with the learned weights declared as typed, shaped graph inputs instead
+    of data (the op constants are small and stay): checkable and shape-inferable without a second
+    copy of the weights."""
+    typed = onnx.ModelProto()
+    typed.CopyFrom(model)
+    for k, w in weights.items():
+        if k in learned:
+            typed.graph.input.append(helper.make_tensor_value_info(k, DTYPES[w.dtype], list(w.shape)))
+        else:
+            typed.graph.initializer.append(onnx.numpy_helper.from_array(np.array(w), k))
+    return typed
+
+
+def _inferred(model: onnx.ModelProto, weights: dict[str, np.ndarray], learned: set[str]) -> list[onnx.ValueInfoProto]:
+    """ONNX shape inference's result for every intermediate value, to be stored in the model."""
+    done = onnx.shape_inference.infer_shapes(_typed(model, weights, learned))
+    return list(done.graph.value_info)
 
 
 def value_infos(g: Graph) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
@@ -199,10 +236,121 @@ def check_structure(g: Graph) -> None:
     shaped graph inputs instead of data: same nodes, attributes, constants and shape inference,
     without holding a second copy of the weights (a VGG-16 would need 0.5 GB more). ORT loading
     the real file in verification covers the weight bytes."""
-    model, weights, learned = build_skeleton(g)
-    for k, w in weights.items():
-        if k in learned:
-            model.graph.input.append(helper.make_tensor_value_info(k, DTYPES[w.dtype], list(w.shape)))
-        else:
-            model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(w), k))
-    onnx.checker.check_model(model, full_check=True)
+    onnx.checker.check_model(_typed(*build_skeleton(g)), full_check=True)
+
+
+def metadata(props: dict[str, str]) -> bytes:
+    """``metadata_props`` entries as ModelProto bytes: appended to a model file they merge into it."""
+    return onnx.ModelProto(metadata_props=[onnx.StringStringEntryProto(key=k, value=v)
+                                           for k, v in props.items()]).SerializeToString()
+
+
+def append_metadata(path: Path, props: dict[str, str]) -> None:
+    """Add ``props`` to a model file zoo wrote without them (the graph and weights stay as written)."""
+    with open(path, "ab") as f:
+        f.write(metadata(props))
+
+
+def replace_metadata(path: Path, props: dict[str, str]) -> None:
+    """Rewrite a model file with ``props`` as its metadata, atomically (a temporary, then a rename);
+    the graph and weights are unchanged (external data stays where it is)."""
+    model = onnx.load(str(path), load_external_data=False)
+    del model.metadata_props[:]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(model.SerializeToString())
+            f.write(metadata(props))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# --- after verification: metadata, the fp16 variant -------------------------------------------
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def provenance(info: dict[str, Any], params: Path, report: dict[str, Any] | None = None) -> dict[str, str]:
+    """The metadata_props zoo stores: where the model came from, a fingerprint of the parameters
+    (sha256 of model.safetensors), the zoo version and the verification result (``report``, else
+    the one in ``info``): status and max relative error per backend."""
+    report = report if report is not None else info.get("verification", {})
+    errors = {k: v.get("max_rel") for k, v in report.get("backends", {}).items() if "max_rel" in v}
+    return {"zoo.version": str(info.get("zoo_version")), "zoo.source": Path(info.get("source") or "?").name,
+            "zoo.source_sha256": str(info.get("source_fingerprint")),
+            "zoo.weights": Path(str(info.get("weights"))).name, "zoo.parameters_sha256": sha256(params),
+            "zoo.verification": str(report.get("status", "unverified")),
+            "zoo.precision": str(report.get("precision", "fp32")),
+            "zoo.max_rel_error": json.dumps(errors, allow_nan=False, default=str) if errors else "{}"}
+
+
+FP32_ONLY = {("Resize", 2), ("Resize", 1)}  # inputs that stay float32 in the fp16 variant (scales, roi)
+
+
+def write_fp16(src: Path, dst: Path) -> None:
+    """``src`` with fp16 weights and compute, float32 inputs and outputs (a Cast at each end)."""
+    from onnx import numpy_helper
+
+    model = onnx.load(str(src))
+    g = model.graph
+    keep = {n.input[i] for n in g.node for t, i in FP32_ONLY if n.op_type == t and len(n.input) > i}
+    for t in g.initializer:
+        if t.data_type == TensorProto.FLOAT and t.name not in keep:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.FLOAT16
+    casts = []
+    for x in g.input:
+        half = f"{x.name}/fp16"
+        for n in g.node:
+            n.input[:] = [half if i == x.name else i for i in n.input]
+        casts.append(helper.make_node("Cast", [x.name], [half], name=f"{x.name}/to_fp16", to=TensorProto.FLOAT16))
+    for y in g.output:
+        half = f"{y.name}/fp16"
+        for n in g.node:
+            n.output[:] = [half if o == y.name else o for o in n.output]
+            n.input[:] = [half if i == y.name else i for i in n.input]
+        g.node.append(helper.make_node("Cast", [half], [y.name], name=f"{y.name}/to_fp32", to=TensorProto.FLOAT))
+    g.node[:0] = casts  # keeps the nodes in topological order
+    del g.value_info[:]
+    del model.metadata_props[:]
+    onnx.save(onnx.shape_inference.infer_shapes(model), str(dst))
+
+
+def verify_fp16(g: Graph, path: Path, seed: int = 0) -> dict[str, Any]:
+    """ONNX Runtime on the fp16 variant against the float64 reference, with the fp16 tolerance."""
+    from . import reference
+    from .verify import TOLERANCE, compare, run_onnx, seeded_inputs
+
+    feeds = seeded_inputs(g.inputs, seed)
+    tol = TOLERANCE["fp16"]
+    report: dict[str, Any] = {"seed": seed, "precision": "fp16", "tolerance": tol, "backends": {}}
+    try:
+        got = compare(reference.run(g, feeds), run_onnx(path, feeds), tol)
+    except Exception as e:  # noqa: BLE001 -- a runtime refusing the fp16 graph is a finding, not a crash
+        report["backends"]["onnxruntime"] = {"status": "refused", "reason": str(e).splitlines()[0][:300]}
+        report["status"] = "refused"
+        return report
+    report["backends"]["onnxruntime"] = got
+    report["status"] = "verified" if got["ok"] else "mismatch"
+    return report
+
+
+def finish(g: Graph, art: Path, info: dict[str, Any], fp16: bool = False) -> None:
+    """After verification, in the artifact's temporary folder: the fp16 variant when asked (verified,
+    its report in ``info["fp16"]``), then the metadata into each ONNX file (the graphs unchanged)."""
+    params = art / "model.safetensors"
+    if fp16:
+        write_fp16(art / "model.onnx", art / "model.fp16.onnx")
+        checked = info.get("status") != "unverified"
+        info["fp16"] = verify_fp16(g, art / "model.fp16.onnx") if checked else {"status": "unverified"}
+        append_metadata(art / "model.fp16.onnx", provenance(info, params, info["fp16"]))
+    append_metadata(art / "model.onnx", provenance(info, params))

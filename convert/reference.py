@@ -68,11 +68,11 @@ def calibrate_random(g: Graph, seed: int) -> list[str]:
     def before(node: Node, xs: list[np.ndarray]) -> None:
         if node.op.kind == "batchnorm" and not node.op.batch_stats:
             axes = (0,) + tuple(range(2, xs[0].ndim))
-            g.weights[f"{node.attr}.mean"][...] = xs[0].mean(axis=axes)
+            g.weights[f"{node.attr}.running_mean"][...] = xs[0].mean(axis=axes)
             # one variance for the whole layer (the channels' average): a nearly constant channel
             # would otherwise be scaled up by 1/sqrt(eps) and amplify rounding noise a hundredfold
             var = xs[0].var(axis=axes).mean()
-            g.weights[f"{node.attr}.var"][...] = var / DAMP**2 if node.attr in damped else var
+            g.weights[f"{node.attr}.running_var"][...] = var / DAMP**2 if node.attr in damped else var
 
     run(g, feeds, before=before)
     return [n.attr for n in bns]

@@ -6,16 +6,14 @@ the IR weights as they are.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import re
-import sys
-from pathlib import Path
-from types import ModuleType
 
+from .fuse import sources
 from .ir import Graph
 from .naming import Names, inert, python_reserved
 from .ops import HELPERS
+from .runtimes.torch_eager import import_model  # noqa: F401  (its home; re-exported for callers)
 
 HEADER = '''"""{title}
 
@@ -70,7 +68,7 @@ def model_source(g: Graph, title: str = "A converted network") -> str:
         if node.attr and node.attr not in seen_attr:
             seen_attr.add(node.attr)
             w = {r: g.weights[n].shape for r, n in node.weight_names().items()}
-            init.append(f"        self.{node.attr} = {op.torch_module(w)}  # {inert(node.name)}")
+            init.append(f"        self.{node.attr} = {op.torch_module(w)}  # {inert(' + '.join(sources(g, node)))}")
         expr = op.torch([var[i] for i in node.inputs], f"self.{node.attr}" if node.attr else "",
                         [g.shapes[i] for i in node.inputs])
         outs = ", ".join(var[o] for o in node.outputs)
@@ -88,14 +86,3 @@ def model_source(g: Graph, title: str = "A converted network") -> str:
     parts.append(FOOTER.format(inputs={k: list(v) for k, v in g.inputs.items()},
                                outputs=list(g.outputs)))
     return "".join(parts)
-
-
-def import_model(path: Path) -> ModuleType:
-    """Import a generated model.py under a unique module name."""
-    name = f"zoo_model_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod

@@ -1,8 +1,9 @@
 """Caffe prototxt (+ caffemodel) -> IR graph.
 
-``load`` reads the net, upgrades it to V2 layers, settles the inputs, checks that every layer type
+``read`` reads the net, upgrades it to V2 layers, settles the inputs, checks that every layer type
 has a conversion (naming all that do not), then walks the layers in order calling one small
-function per type (``layers.py``). Blob names become SSA values: the last write of a Caffe blob
+function per type (``layers.py`` and its siblings, registered in ``builder.py``). ``load`` returns
+that as the ``Loaded`` every frontend gives ``api``. Blob names become SSA values: the last write of a Caffe blob
 keeps its name, earlier in-place versions are called ``blob@k``.
 """
 
@@ -16,10 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadModel, ConvertError, ShapeError, Unsupported
-from ..ir import Graph, Node, Op, Shape
-from ..limits import check_bytes
-from . import binary, text, upgrade
+from ..errors import BadModel, ConvertError, Unsupported
+from ..ir import Graph, Shape
+from ..loaded import Loaded, opencv_available
+from ..reference import calibrate_random
+from . import binary, opencv, text, upgrade
+from . import layers as _layers  # noqa: F401  (importing the layer files registers their functions)
+from . import more as _more  # noqa: F401
+from . import rcnn as _rcnn  # noqa: F401
+from . import ssd as _ssd  # noqa: F401
+from .builder import LAYERS, MAX_AXES, Builder, arity_error, bad_shape
 from .schema import SCHEMA
 from .upgrade import Layer
 
@@ -31,21 +38,6 @@ DATA = {"Input", "Data", "ImageData", "MemoryData", "DummyData", "HDF5Data", "Wi
         "AnnotatedData", "Python"}
 
 
-MAX_AXES = 32  # Caffe's kMaxBlobAxes
-MAX_ELEMENTS = 2**40  # far beyond any real tensor; keeps sizes and operation counts in int64
-
-
-def _bad_shape(shape: Shape) -> str | None:
-    """Why Caffe (or any sane use) could not hold a blob of this shape; None when it can."""
-    if len(shape) > MAX_AXES:
-        return f"would have {len(shape)} axes (Caffe allows {MAX_AXES})"
-    if any(d <= 0 for d in shape):
-        return f"would have shape {list(shape)}"
-    if math.prod(shape) > MAX_ELEMENTS:
-        return f"would have shape {list(shape)}: too large"
-    return None
-
-
 @dataclass
 class CaffeModel:
     graph: Graph
@@ -53,150 +45,6 @@ class CaffeModel:
     random_weights: bool
     net_name: str = ""
     notes: list[str] = field(default_factory=list)
-
-
-class Builder:
-    """What a layer function sees: its inputs, its output names, its blobs, and ``node``."""
-
-    def __init__(self, path: str, weights: binary.Weights | None, seed: int | None,
-                 writes: dict[str, int]):
-        self.path, self.weights = path, weights
-        self.rng = np.random.default_rng(seed) if seed is not None else None
-        self.g = Graph()
-        self.cur: dict[str, str] = {}  # Caffe blob -> current value
-        self.writes, self.done = writes, {k: 0 for k in writes}
-        self.caffe_blobs: list[tuple[str, str, list[np.ndarray]]] = []
-        self.shared: dict[tuple[str, ...], tuple[str, Op]] = {}
-        self.bn_blobs: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}  # attr -> Caffe blobs
-        self.L: Layer | None = None
-        self._tmp = 0
-        self._random_bytes = 0
-
-    # -- values --
-    def x(self, i: int = 0) -> str:
-        return self.cur[self.L.bottoms[i]]  # type: ignore[union-attr]
-
-    def shape(self, i: int = 0) -> Shape:
-        return self.g.shapes[self.x(i)]
-
-    def out(self, i: int = 0) -> str:
-        """The value name for top ``i`` (call once per top and layer)."""
-        blob = self.L.tops[i]  # type: ignore[union-attr]
-        self.done[blob] += 1
-        k = self.done[blob]
-        last = blob and k == self.writes[blob] and blob not in self.g.inputs
-        name = blob if last else self._fresh(f"{blob}@{k}")
-        self.cur[blob] = name
-        return name
-
-    def alias(self, i: int, value: str) -> None:
-        self.cur[self.L.tops[i]] = value  # type: ignore[union-attr]
-
-    def tmp(self, hint: str) -> str:
-        self._tmp += 1
-        return self._fresh(f"{self.L.name}#{hint}{self._tmp}")  # type: ignore[union-attr]
-
-    def _fresh(self, base: str) -> str:
-        """A value name that no blob of the net has and no value has taken (a blob may itself be
-        called ``a@1`` next to an in-place ``a``)."""
-        name, k = base, 1
-        while name in self.writes or name in self.g.shapes:
-            k += 1
-            name = f"{base}'{k}"
-        self.g.shapes[name] = ()  # reserved until the node that computes it is added
-        return name
-
-    def fail(self, reason: str) -> BadModel:
-        return BadModel(self.path, self.L.where(), reason)  # type: ignore[union-attr]
-
-    # -- nodes --
-    def node(self, op: Op, inputs: list[str] | None = None, outputs: list[str] | None = None,
-             weights: dict[str, np.ndarray] | None = None) -> Node:
-        L = self.L
-        assert L is not None
-        inputs = inputs if inputs is not None else [self.x(i) for i in range(len(L.bottoms))]
-        outputs = outputs if outputs is not None else [self.out(i) for i in range(len(L.tops))]
-        share = ""
-        key = tuple(L.param_names)
-        if weights and key and all(key):
-            if key in self.shared and self.shared[key][1] == op:
-                share = self.shared[key][0]
-            elif key in self.shared:
-                log.warning("%s: %s shares weights with a different layer configuration; "
-                            "the weights are copied", self.path, L.where())
-        try:
-            node = self.g.add(op, inputs, outputs, L.name, weights, share=share)
-        except ShapeError as e:
-            raise self.fail(str(e)) from None
-        for o in node.outputs:
-            shape_error = _bad_shape(self.g.shapes[o])
-            if shape_error:
-                raise self.fail(f"its output {o!r} {shape_error}")
-        if weights and key and all(key) and key not in self.shared:
-            self.shared[key] = (node.attr, op)
-        return node
-
-    # -- blobs --
-    def blobs(self, specs: list[tuple[str, Shape, float]]) -> list[np.ndarray]:
-        """The layer's blobs: loaded (checked against ``specs``) or seeded random.
-
-        specs: (kind, shape, fan_in); kinds: weight, bias, mean, var, factor, gamma, beta,
-        slope, scale.
-        """
-        L = self.L
-        assert L is not None
-        if self.weights is None:
-            self._check_sizes([shape for _, shape, _ in specs])
-            arrays = [self._random(kind, shape, fan) for kind, shape, fan in specs]
-        else:
-            found, wname = self.weights.blobs.get(L.name), self.weights.path.name
-            if found is None:
-                raise self.fail(f"no weights for this layer in {wname!r}")
-            if len(found) != len(specs):
-                raise self.fail(f"expects {len(specs)} blob{'s' * (len(specs) != 1)}, {wname!r} has {len(found)}")
-            arrays = [self._fit(i, a, tuple(s)) for i, (a, (_, s, _)) in enumerate(zip(found, specs))]
-            # one float64 sum per blob: no copy of a mapped blob, and NaN or Inf always shows in it
-            if not all(np.isfinite(a.sum(dtype=np.float64)) for a in arrays):
-                raise self.fail("weights contain NaN or Inf")
-        self.caffe_blobs.append((L.name, L.type, arrays))
-        return arrays
-
-    def _check_sizes(self, shapes: list[Shape]) -> None:
-        """Random blobs: refuse sizes numpy cannot hold, and, when they are really drawn, more
-        than the memory budget (all the net's blobs together)."""
-        sizes = [math.prod(s) for s in shapes]
-        if any(n > MAX_ELEMENTS for n in sizes):
-            raise self.fail(f"a blob of shape {list(shapes[sizes.index(max(sizes))])} is too large")
-        if self.rng is not None:
-            self._random_bytes += 4 * sum(sizes)
-            check_bytes(self._random_bytes, self.path, self.L.where(),  # type: ignore[union-attr]
-                        "drawing random weights up to this layer")
-
-    def _fit(self, i: int, a: np.ndarray, shape: Shape) -> np.ndarray:
-        if a.shape == shape:
-            return a
-        strip = lambda s: tuple(s[next((j for j, d in enumerate(s) if d != 1), len(s)):])  # noqa: E731
-        if a.size == int(np.prod(shape)) and strip(a.shape) == strip(shape):
-            return a.reshape(shape)  # legacy 4-D blob shapes, e.g. (1, 1, N, K)
-        raise self.fail(f"blob {i} has shape {list(a.shape)} but the layer expects {list(shape)}")
-
-    def _random(self, kind: str, shape: Shape, fan: float) -> np.ndarray:
-        r = self.rng
-        if r is None:  # shapes only (zoo info/list): zero-cost placeholders
-            return np.broadcast_to(np.float32(1.0), shape)
-        if kind == "weight":  # variance preserving (He); see reference.calibrate_random
-            return r.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / max(fan, 1)))
-        if kind in ("bias", "beta", "mean"):
-            return r.uniform(-0.1, 0.1, shape).astype(np.float32)
-        if kind in ("var", "gamma"):
-            return r.uniform(0.5, 1.5, shape).astype(np.float32)
-        if kind == "factor":
-            return np.full(shape, 999.982, np.float32)
-        if kind == "slope":
-            return r.uniform(0.05, 0.3, shape).astype(np.float32)
-        if kind == "scale":
-            return r.uniform(1.0, 20.0, shape).astype(np.float32)
-        raise ValueError(kind)
 
 
 def _input_decls(net: Any, layers: list[Layer], path: str) -> dict[str, Shape | None]:
@@ -254,7 +102,25 @@ def _data_shapes(L: Layer, path: str) -> list[Shape | None]:
     return [None] * len(L.tops)
 
 
-def load(prototxt: Path, weights: Path | None = None,
+def load(source: Path, weights: Path | None, shapes: dict[str, Shape] | None, seed: int | None) -> Loaded:
+    """``read``, plus what verification needs: the random weights as a caffemodel (written into
+    the artifact dir, for OpenCV and the benchmarks) and OpenCV's import of the original."""
+    model = read(source, weights, shapes, seed)
+    g = model.graph
+
+    def extra(d: Path) -> None:
+        if model.random_weights:
+            binary.write(d / "random.caffemodel", model.layers, model.net_name)
+
+    def runner(d: Path) -> Any:
+        if not opencv_available():
+            return None
+        return opencv.runner(g, source, weights or d / "random.caffemodel")
+
+    return Loaded(g, extra, runner, g.meta["opencv_known"])
+
+
+def read(prototxt: Path, weights: Path | None = None,
          input_shapes: dict[str, Shape] | None = None, seed: int | None = 0) -> CaffeModel:
     """Read a Caffe net; without ``weights``, blobs are seeded random (``seed`` None: placeholders
     for shape and size queries only)."""
@@ -271,14 +137,12 @@ def load(prototxt: Path, weights: Path | None = None,
     for L in layers:  # py-faster-rcnn's proposal layer computes (other Python layers feed data)
         if L.type == "Python" and L.p.python_param.layer == "ProposalLayer":
             L.type = "Python.ProposalLayer"
-    from .layers import LAYERS
-
     untyped = [L for L in layers if not L.type]
     if untyped:
         raise BadModel(path, f"layer {untyped[0].name!r}", "no type given")
     unknown = [(L.type, L.name) for L in layers if L.type not in LAYERS and L.type not in DATA]
     if unknown:
-        raise Unsupported(path, "caffe", unknown)
+        raise Unsupported(path, "caffe", unknown, known=[*LAYERS, *DATA])
     decl = _input_decls(net, layers, path)
     _check_net(layers, list(net.input), path)
     w = binary.read(weights) if weights else None
@@ -299,11 +163,9 @@ def load(prototxt: Path, weights: Path | None = None,
         raise BadModel(path, "", "the net has no outputs")
     if weights is None and seed is not None:
         _calibrate(b, seed)
-    from .opencv import known_deviations
-
     b.g.meta.update(framework="caffe", source=str(Path(prototxt).resolve()),
                     weights=str(Path(weights).resolve()) if weights else None, seed=seed,
-                    name=net.name or Path(prototxt).stem, opencv_known=known_deviations(layers))
+                    name=net.name or Path(prototxt).stem, opencv_known=opencv.known_deviations(layers))
     return CaffeModel(b.g, b.caffe_blobs, weights is None, net.name)
 
 
@@ -311,8 +173,6 @@ def _check_net(layers: list[Layer], inputs: list[str], path: str) -> None:
     """What Caffe checks as it builds the net, before any layer runs: bottom and top counts,
     parameters (finite, known enum values), every bottom produced earlier, every top produced
     once (or in place: top i is bottom i)."""
-    from .layers import arity_error
-
     available: set[str] = set()
     for name in inputs:
         if name in available:
@@ -357,12 +217,10 @@ def _calibrate(b: Builder, seed: int) -> None:
     real statistics (see calibrate_random); the Caffe blobs follow (convolution weights are the
     same arrays; batch-norm blobs are stored times their scale factor) for the caffemodel
     OpenCV reads."""
-    from ..reference import calibrate_random
-
     for attr in calibrate_random(b.g, seed):
         mean, var, factor = b.bn_blobs[attr]
-        mean[...] = b.g.weights[f"{attr}.mean"] * np.float32(factor)
-        var[...] = b.g.weights[f"{attr}.var"] * np.float32(factor)
+        mean[...] = b.g.weights[f"{attr}.running_mean"] * np.float32(factor)
+        var[...] = b.g.weights[f"{attr}.running_var"] * np.float32(factor)
 
 
 def _writes(layers: list[Layer]) -> dict[str, int]:
@@ -387,7 +245,7 @@ def _add_inputs(b: Builder, decl: dict[str, Shape | None], consumed: set[str],
         if shape is None:
             raise BadModel(path, f"input {name!r}", "shape unknown (a data layer or an input "
                            f"without dimensions); give it with --input-shape {name}=N,C,H,W")
-        if not shape or _bad_shape(tuple(int(d) for d in shape)):
+        if not shape or bad_shape(tuple(int(d) for d in shape)):
             shown = list(shape) if len(shape) <= MAX_AXES else f"of {len(shape)} axes (Caffe allows {MAX_AXES})"
             raise BadModel(path, f"input {name!r}", f"invalid shape {shown}")
         value = name or b._fresh("input")  # a value needs a name; Caffe's blob may have none

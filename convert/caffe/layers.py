@@ -1,12 +1,11 @@
 """One small function per Caffe layer type: read the layer's parameters and blobs, emit IR nodes.
 
-Register with ``@layer("Type", ...)``; the function receives the Builder ``b`` and the layer
+Register with ``@layer("Type", ...)`` (``builder.py``); the function receives the Builder ``b`` and the layer
 ``L`` (``L.p`` is its V2 LayerParameter).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,31 +19,8 @@ from ..ops.norm import LRN, MVN, Affine, BatchNorm, LpNormalize
 from ..ops.pool import Pool
 from ..ops.shape import Concat, Crop, Pad, Reshape, Resize, Split, Transpose
 from ..ops.softmax import ArgMax, Softmax
-from .frontend import Builder
+from .builder import Builder, layer
 from .upgrade import Layer
-
-LAYERS: dict[str, Callable[[Builder, Layer], None]] = {}
-Count = tuple[int, int | None]  # (least, most); None: no limit
-ARITY: dict[str, tuple[Count, Count]] = {}  # type -> (bottoms, tops), as Caffe's layer checks them
-
-
-def layer(*types: str, bottoms: Count = (1, 1), tops: Count = (1, 1)
-          ) -> Callable[[Callable[[Builder, Layer], None]], Callable[[Builder, Layer], None]]:
-    def reg(fn: Callable[[Builder, Layer], None]) -> Callable[[Builder, Layer], None]:
-        for t in types:
-            LAYERS[t] = fn
-            ARITY[t] = (bottoms, tops)
-        return fn
-    return reg
-
-
-def arity_error(L: Layer) -> str | None:
-    """Why the layer's number of bottoms or tops does not fit its type (None when it does)."""
-    for what, n, (lo, hi) in zip(("bottom", "top"), (len(L.bottoms), len(L.tops)), ARITY[L.type]):
-        if n < lo or (hi is not None and n > hi):
-            want = str(lo) if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
-            return f"{L.type} takes {want} {what} blob{'' if want[-1] == '1' else 's'}, got {n}"
-    return None
 
 
 def _axis(b: Builder, axis: int, rank: int) -> int:
@@ -197,12 +173,12 @@ def batch_norm(b: Builder, L: Layer) -> None:
     f = float(factor.reshape(-1)[0])
     with np.errstate(over="ignore", invalid="ignore"):  # a tiny factor: refused below, quietly
         inv = np.float32(0 if f == 0 else 1 / np.float32(f))  # Caffe: stored sums / factor (0 -> 0)
-        w = {"mean": (mean * inv).astype(np.float32), "var": (var * inv).astype(np.float32)}
-    if not batch and not (np.isfinite(w["mean"]).all() and np.isfinite(w["var"]).all()
-                          and (w["var"] + np.float32(bp.eps) >= 0).all()):
+        w = {"running_mean": (mean * inv).astype(np.float32), "running_var": (var * inv).astype(np.float32)}
+    if not batch and not (np.isfinite(w["running_mean"]).all() and np.isfinite(w["running_var"]).all()
+                          and (w["running_var"] + np.float32(bp.eps) >= 0).all()):
         raise b.fail(f"mean and variance (stored sums over the scale factor {f:g}) must be finite, "
                      "and variance + eps must not be negative")
-    node = b.node(BatchNorm(eps=bp.eps, batch_stats=batch), weights=w)
+    node = b.node(BatchNorm(eps=bp.eps, batch_stats=batch, rank=len(b.shape())), weights=w)
     b.bn_blobs[node.attr] = (mean, var, f)
 
 
@@ -462,8 +438,3 @@ def argmax(b: Builder, L: Layer) -> None:
     if ap.top_k < 1:
         raise b.fail("top_k must be at least 1")
     b.node(ArgMax(ap.top_k, axis, ap.out_max_val))
-
-
-from . import rcnn  # noqa: E402,F401  (R-CNN and fork layers register themselves)
-from .more import tile as _more  # noqa: E402,F401  (Tile and Reduction register themselves)
-from .ssd import detection_output as _ssd  # noqa: E402,F401  (SSD layers register themselves)

@@ -101,25 +101,34 @@ def lrn(x, region, size, alpha, beta, k, before):
 
 @dataclass(frozen=True, slots=True)
 class BatchNorm(Op):
-    """y = (x - mean[c]) / sqrt(var[c] + eps), channel axis 1. With ``batch_stats`` the mean and
-    (biased) variance come from the batch itself (Caffe use_global_stats: false, Torch7 training)."""
+    """y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c], channel axis 1 (weight and
+    bias only when ``affine``: Caffe BatchNorm + Scale fused by convert/fuse.py, Torch7 BN).
+    With ``batch_stats`` the mean and (biased) variance come from the batch itself (Caffe
+    use_global_stats: false, Torch7 training): then no statistics are stored.
+
+    PyTorch: ``nn.BatchNorm1d/2d/3d`` by ``rank`` (the input's), whose state_dict keys are the roles.
+    """
 
     kind = "batchnorm"
-    stats = ("mean", "var")
+    stats = ("running_mean", "running_var")
     eps: float = 1e-5
     batch_stats: bool = False
+    rank: int = 4
+    affine: bool = False
 
     def roles(self) -> tuple[str, ...]:
-        return ("mean", "var")
+        return (() if self.batch_stats else self.stats) + (("weight", "bias") if self.affine else ())
 
     def weight_problem(self, w: dict[str, Shape]) -> str | None:
-        if len(w["mean"]) != 1 or tuple(w["var"]) != tuple(w["mean"]):
-            return f"statistics of shapes {list(w['mean'])} and {list(w['var'])} (one value per channel expected)"
+        shapes = [list(s) for s in w.values()]
+        if any(len(s) != 1 or s != shapes[0] for s in shapes):
+            return f"statistics/parameters of shapes {shapes} (one value per channel expected)"
         return None
 
     def infer(self, shapes: list[Shape], w: dict[str, Shape]) -> list[Shape]:
-        if len(shapes[0]) < 2 or shapes[0][1] != w["mean"][0]:
-            raise ShapeError(f"{w['mean'][0]} channels of statistics for input {list(shapes[0])}")
+        c = next(iter(w.values()))[0] if w else shapes[0][1] if len(shapes[0]) > 1 else 0
+        if len(shapes[0]) != self.rank or self.rank < 2 or shapes[0][1] != c:
+            raise ShapeError(f"{c} channels of statistics for input {list(shapes[0])} (rank {self.rank} expected)")
         if self.batch_stats and np.prod(shapes[0]) == shapes[0][1]:  # PyTorch refuses it too
             raise ShapeError(f"batch statistics of input {list(shapes[0])} have one value per channel")
         return [shapes[0]]
@@ -131,48 +140,49 @@ class BatchNorm(Op):
             axes = (0,) + tuple(range(2, x.ndim))
             mean, var = x.mean(axis=axes, keepdims=True), x.var(axis=axes, keepdims=True)
         else:
-            mean = w["mean"].astype(np.float64).reshape(view)
-            var = w["var"].astype(np.float64).reshape(view)
-        return [(x - mean) / np.sqrt(var + self.eps)]
-
+            mean = w["running_mean"].astype(np.float64).reshape(view)
+            var = w["running_var"].astype(np.float64).reshape(view)
+        y = (x - mean) / np.sqrt(var + self.eps)
+        if self.affine:
+            y = y * w["weight"].astype(np.float64).reshape(view) + w["bias"].astype(np.float64).reshape(view)
+        return [y]
 
     def torch_module(self, w: dict[str, Shape]) -> str:
-        return f"BatchNorm({w['mean'][0]}, eps={fmt(self.eps)}, batch_stats={self.batch_stats})"
+        c = next(iter(w.values()))[0]
+        dims = {2: 1, 3: 1, 4: 2, 5: 3}.get(self.rank, 3)  # beyond 5-D: its tensors, called functionally
+        args = [str(c)] + ([f"eps={fmt(self.eps)}"] if self.eps != 1e-5 else [])
+        args += [] if self.affine else ["affine=False"]
+        args += ["track_running_stats=False"] if self.batch_stats else []
+        return f"nn.BatchNorm{dims}d({', '.join(args)})"
 
     def torch(self, args, mod, shapes):  # type: ignore[no-untyped-def]
+        if not mod:  # batch statistics, no parameters
+            return f"F.batch_norm({args[0]}, None, None, training=True, eps={fmt(self.eps)})"
+        if self.rank > 5:
+            return (f"F.batch_norm({args[0]}, {mod}.running_mean, {mod}.running_var, {mod}.weight, {mod}.bias, "
+                    f"{mod}.training or {mod}.running_mean is None, 0.0, {mod}.eps)")
         return f"{mod}({args[0]})"
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         x = ins[0]
-        rank = len(b.shape(x))
         if not self.batch_stats:
             c = b.shape(x)[1]
-            one, zero = b.const(np.ones(c)), b.const(np.zeros(c))
-            b.op("BatchNormalization", [x, one, zero, w["mean"], w["var"]], outs,
+            gamma = w["weight"] if self.affine else b.const(np.ones(c))
+            beta = w["bias"] if self.affine else b.const(np.zeros(c))
+            b.op("BatchNormalization", [x, gamma, beta, w["running_mean"], w["running_var"]], outs,
                  epsilon=float(self.eps))
             return
-        axes = [0] + list(range(2, rank))
+        axes = [0] + list(range(2, self.rank))
         mean = b.op("ReduceMean", [x], axes=axes, keepdims=1)
         d = b.op("Sub", [x, mean])
         var = b.op("ReduceMean", [b.op("Mul", [d, d])], axes=axes, keepdims=1)
         std = b.op("Sqrt", [b.op("Add", [var, b.const(self.eps)])])
-        b.op("Div", [d, std], outs)
-
-
-helper("BatchNorm", '''
-class BatchNorm(nn.Module):
-    """(x - mean) / sqrt(var + eps) per channel; batch statistics when training or batch_stats."""
-
-    def __init__(self, channels, eps, batch_stats=False):
-        super().__init__()
-        self.eps, self.batch_stats = eps, batch_stats
-        self.register_buffer("mean", torch.zeros(channels))
-        self.register_buffer("var", torch.ones(channels))
-
-    def forward(self, x):
-        use_batch = self.training or self.batch_stats
-        return F.batch_norm(x, self.mean, self.var, None, None, use_batch, 0.0, self.eps)
-''')
+        if not self.affine:
+            b.op("Div", [d, std], outs)
+            return
+        view = [b.shape(x)[1]] + [1] * (self.rank - 2)
+        y = b.op("Mul", [b.op("Div", [d, std]), b.param(w["weight"], view)])
+        b.op("Add", [y, b.param(w["bias"], view)], outs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +231,7 @@ class Affine(Op):
         x, rank = ins[0], len(b.shape(ins[0]))
         roles = self.roles()
         for i, r in enumerate(roles):
-            shape = b.graph.weights[w[r]].shape
-            p = b.op("Reshape", [w[r], b.const(self.view(rank, shape), "int64")])
+            p = b.param(w[r], self.view(rank, b.param_shape(w[r])))  # stored broadcastable
             x = b.op("Mul" if r == "weight" else "Add", [x, p],
                      outs if i == len(roles) - 1 else None)
 
@@ -349,9 +358,8 @@ class LpNormalize(Op):
             b.op("Div", [x, norm], outs)
             return
         rank = len(b.shape(x))
-        n = int(np.prod(b.graph.weights[w["weight"]].shape))
-        scale = b.op("Reshape", [w["weight"], b.const([n] + [1] * (rank - 2) if n > 1 else [1],
-                                                      "int64")])
+        n = int(np.prod(b.param_shape(w["weight"])))
+        scale = b.param(w["weight"], [n] + [1] * (rank - 2) if n > 1 else [1])
         b.op("Mul", [b.op("Div", [x, norm]), scale], outs)
 
 

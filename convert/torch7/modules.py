@@ -10,7 +10,6 @@ Sources quoted: torch/nn (Lua + THNN), soumith/cudnn.torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -22,21 +21,7 @@ from ..ops.norm import LRN, Affine, BatchNorm, LpNormalize
 from ..ops.pool import Pool, pooled_size
 from ..ops.shape import Concat, Crop, Pad, Reshape, Resize, Split, Transpose
 from ..ops.softmax import Reduce, Softmax
-from .frontend import Builder, Mod, Value
-
-Fn = Callable[[Builder, Mod, Value], Value]
-MODULES: dict[str, Fn] = {}
-CONTAINERS: set[str] = set()  # classes whose children are converted (and searched for support)
-
-
-def module(*classes: str, container: bool = False) -> Callable[[Fn], Fn]:
-    def reg(fn: Fn) -> Fn:
-        for c in classes:
-            MODULES[c] = fn
-            if container:
-                CONTAINERS.add(c)
-        return fn
-    return reg
+from .builder import Builder, Mod, Value, module
 
 
 def _dim(m: Mod, dim: int, rank: int) -> int:
@@ -385,7 +370,8 @@ def batch_norm(b: Builder, m: Mod, x: Value) -> Value:
     batch = b.from_file and _truthy(m.get("train"))
     if batch:
         b.note(m, "OpenCV uses the running statistics of a batch norm saved in training mode")
-    y = b.node(m, BatchNorm(eps, batch), [x], {"mean": mean, "var": var})
+    y = b.node(m, BatchNorm(eps, batch, rank=4 if "Spatial" in m.cls else 2), [x],
+               {"running_mean": mean, "running_var": var})
     b.bn_trees[b.g.nodes[-1].attr] = m.obj
     w, bias = b.weight(m, "weight", required=False), b.weight(m, "bias", required=False)
     if w is None and bias is None:
@@ -642,6 +628,3 @@ def upsample_nearest(b: Builder, m: Mod, x: Value) -> Value:
     if f is None or f < 1:
         raise m.fail(f"scale factor {f} must be a positive integer")
     return b.node(m, Resize(mode="nearest", scale=f), [x])
-
-
-from . import classic  # noqa: E402,F401  (older classes register themselves)
