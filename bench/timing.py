@@ -72,33 +72,48 @@ def _sample(phases: list[Phase], sync: Callable[[], None], i: int, calls: int,
 
 def measure(phases: list[Phase], sync: Callable[[], None], policy: Policy,
             clock: Callable[[], float] = time.perf_counter) -> Timing:
+    if not policy.fixed:
+        return extend(start(phases, sync, policy, clock), phases, sync, policy, clock)
     t = Timing(samples_ms=[[] for _ in phases])
     t.first_ms = _sample(phases, sync, 0, 1, clock)
-    if policy.fixed:
-        for i in range(policy.dry):
-            for phase in phases:
-                phase(i)
-        rows = [_sample(phases, sync, i + 1, policy.calls, clock) for i in range(policy.fixed)]
-        for row in rows[policy.discard:]:
-            for p, v in enumerate(row):
-                t.samples_ms[p].append(v)
-        return t
-    t.warmup_iters, t.warmup_s, t.steady = _warm_up(phases, sync, policy, clock)
-    start, i = clock(), 0
+    for i in range(policy.dry):
+        for phase in phases:
+            phase(i)
+    rows = [_sample(phases, sync, i + 1, policy.calls, clock) for i in range(policy.fixed)]
+    for row in rows[policy.discard:]:
+        for p, v in enumerate(row):
+            t.samples_ms[p].append(v)
+    return t
+
+
+def start(phases: list[Phase], sync: Callable[[], None], policy: Policy,
+          clock: Callable[[], float] = time.perf_counter) -> Timing:
+    """The first call (its one-time costs kept apart) and the warm-up: a Timing with no samples yet."""
+    t = Timing(samples_ms=[[] for _ in phases])
+    t.first_ms = _sample(phases, sync, 0, 1, clock)
+    t.warmup_iters, t.warmup_s, t.steady = warm_up(phases, sync, policy, clock)
+    return t
+
+
+def extend(t: Timing, phases: list[Phase], sync: Callable[[], None], policy: Policy,
+           clock: Callable[[], float]) -> Timing:
+    """Measure after the warm-up until the stop rules hold."""
+    begin, i = clock(), 0
     while True:
         i += 1
         for p, v in enumerate(_sample(phases, sync, t.warmup_iters + i, policy.calls, clock)):
             t.samples_ms[p].append(v)
-        elapsed = clock() - start
+        elapsed = clock() - begin
         if i < policy.min_iters or elapsed < policy.min_s:  # the minimums always hold
             continue
-        t.stable = _settled(t.samples_ms[0], policy.stable_tol)
+        t.stable = settled(t.samples_ms[0], policy.stable_tol)
         if t.stable or i >= policy.max_iters or elapsed >= policy.max_s:  # the caps bound the extension
             return t
 
 
-def _warm_up(phases: list[Phase], sync: Callable[[], None], policy: Policy,
-             clock: Callable[[], float]) -> tuple[int, float, bool]:
+def warm_up(phases: list[Phase], sync: Callable[[], None], policy: Policy,
+            clock: Callable[[], float] = time.perf_counter) -> tuple[int, float, bool]:
+    """Run until the minimum count and time and a steady median; (iterations, seconds, steady)."""
     start, totals = clock(), []
     while True:
         totals.append(sum(_sample(phases, sync, len(totals) + 1, policy.calls, clock)))
@@ -114,7 +129,26 @@ def _warm_up(phases: list[Phase], sync: Callable[[], None], policy: Policy,
                 return len(totals), elapsed, True
 
 
-def _settled(samples: list[float], tol: float) -> bool:
+def window(phases: list[Phase], sync: Callable[[], None], seconds: float, start: int, calls: int = 1,
+           rewarm: int = 1, clock: Callable[[], float] = time.perf_counter) -> list[list[float]]:
+    """One short timed window (interleaved rounds): ``rewarm`` untimed steps first (the caches
+    refilled after the other runtimes ran), then samples until ``seconds`` have passed, at least one.
+    ``start`` numbers the first step (input rotation); returns the samples per phase."""
+    for k in range(rewarm):
+        for phase in phases:
+            phase(start + k)
+    sync()
+    out: list[list[float]] = [[] for _ in phases]
+    begin, i = clock(), start + rewarm
+    while True:
+        for p, v in enumerate(_sample(phases, sync, i, calls, clock)):
+            out[p].append(v)
+        i += 1
+        if clock() - begin >= seconds:
+            return out
+
+
+def settled(samples: list[float], tol: float) -> bool:
     """The median of all samples differs by less than ``tol`` from the median without the last quarter."""
     n = len(samples)
     if n < 4:

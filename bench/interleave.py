@@ -1,0 +1,285 @@
+"""Interleaved timing: the runtimes of one case take turns in rounds, so drift hits all alike.
+
+A shared machine moves the same loop by tens of percent between processes and over tens of seconds;
+ratios between runtimes measured *interleaved* hold. Each runtime (an "entrant") lives in its own
+long-lived worker process (``python -m bench.interleave``, fed the case on stdin): it loads the model
+once, warms up (the policy's warm-up), then on each command of the parent times one short window
+(one untimed call, then samples for ``window_s`` seconds, at least one) and sends the samples back.
+The parent runs ``rounds`` rounds, every entrant one window per round, the order reversed every
+other round (ABC, CBA, ...). At the end each worker verifies its outputs and builds its results row
+from all its samples (the same fields as a one-case-per-process row), and the parent adds
+
+  interleave: {rounds, window_s, order (first round; reversed every other), entrants, baseline,
+               round_ms (this entrant's median step time per round), round_ratios (each round's
+               median over the baseline's), ratio (their median: below 1 is faster than the
+               baseline), ratio_ci (95% percentile bootstrap over rounds, fixed seed)}
+
+Protocol: one JSON object per line; the worker answers every command with one line on its original
+stdout (anything the runtime prints goes to stderr). Commands: ``{"window": seconds}``,
+``{"finish": true}``; first answer: ``{"ready": ...}`` or a row (skipped / error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from convert.isolate import child_env, death, die_with_parent
+from convert.runtimes import CannotRun
+
+from .cases import Case
+from .results import KEY, Recorder, key
+from .sweep import Progress, run_one, skip_row
+from .timing import Policy, settled, start, window
+from .worker import base_row, case_env, finish_row, open_case
+
+ROUNDS = 12
+WINDOW_S = 0.3
+N_BOOT = 2000
+TIMED = ("ok", "unverified")  # rows with timings
+
+
+# ---- the worker process ---------------------------------------------------------------------
+
+
+def serve(commands: IO[str], answer: Callable[[dict[str, Any]], None]) -> None:
+    """The worker: the case on the first line, then one answer per command."""
+    case = json.loads(commands.readline())
+    started = time.perf_counter()
+    try:
+        opened = open_case(case)
+        if isinstance(opened, str):
+            return answer({**base_row(case), "status": "skipped", "reason": opened})
+        rt, phases, inputs, load_s = opened
+        policy = Policy(**case["policy"])
+        t = start(phases, rt.sync, policy)
+        answer({"ready": True, "load_s": load_s, "warmup_iters": t.warmup_iters})
+        step = t.warmup_iters + 1
+        for line in commands:
+            cmd = json.loads(line)
+            if "window" in cmd:
+                got = window(phases, rt.sync, float(cmd["window"]), step, policy.calls)
+                step += len(got[0]) + 1
+                for p, s in enumerate(got):
+                    t.samples_ms[p].extend(s)
+                answer({"samples_ms": got})
+            elif cmd.get("finish"):
+                t.stable = settled(t.samples_ms[0], policy.stable_tol)
+                return answer(finish_row(case, rt, inputs[0], t, load_s, started))
+    except CannotRun as e:
+        answer({**base_row(case), "status": "skipped", "reason": str(e)})
+    except Exception as e:  # an error row, with the one line that says what went wrong
+        msg = str(e).strip().splitlines()
+        answer({**base_row(case), "status": "error",
+                "reason": f"{type(e).__name__}: {msg[-1][:300] if msg else ''}".strip()})
+
+
+def _main() -> None:
+    die_with_parent()
+    out = os.fdopen(os.dup(1), "w")  # the answers' channel; fd 1 (prints, C libraries) -> stderr
+    os.dup2(2, 1)
+
+    def answer(msg: dict[str, Any]) -> None:
+        out.write(json.dumps(msg, allow_nan=False) + "\n")
+        out.flush()
+
+    serve(sys.stdin, answer)
+
+
+# ---- the parent ---------------------------------------------------------------------------
+
+
+class _Gone(Exception):
+    """A worker died or stopped answering; the message is one line."""
+
+
+@dataclass
+class Entrant:
+    label: str
+    case: dict[str, Any]
+    proc: subprocess.Popen[bytes] | None = None
+    stderr: IO[bytes] | None = None
+    row: dict[str, Any] | None = None  # set once it ended (a skipped / error row, or its final row)
+    round_ms: list[float] = field(default_factory=list)  # median step time per round
+
+    def ask(self, msg: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+        assert self.proc and self.proc.stdin and self.proc.stdout
+        try:
+            if msg is not None:
+                self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+                self.proc.stdin.flush()
+            if not select.select([self.proc.stdout], [], [], timeout)[0]:
+                raise _Gone(f"timed out after {timeout:.0f} s")
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = b""
+        if not line:
+            code = self.proc.wait()
+            assert self.stderr
+            self.stderr.seek(0)
+            raise _Gone(death(code, self.stderr.read().decode(errors="replace")))
+        return json.loads(line)
+
+    def stop(self) -> None:
+        """End the worker: it leaves at the end of its input; killed if it does not."""
+        if self.proc:
+            try:
+                assert self.proc.stdin
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        if self.stderr:
+            self.stderr.close()
+        self.proc = self.stderr = None
+
+
+def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: float = WINDOW_S,
+              baseline: str | None = None, timeout_s: float = 900.0, labels: list[str] | None = None,
+              on_round: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Time ``cases`` (one model, several runtimes, or one runtime entered twice with ``labels``)
+    interleaved; returns their rows in the same order."""
+    ents = [Entrant(lb, c) for lb, c in zip(labels or [c["runtime"] for c in cases], cases)]
+    try:
+        for e in ents:  # one at a time: a loading worker does not disturb another's warm-up
+            _open(e, timeout_s)
+        for r in range(rounds):
+            live = [e for e in ents if e.row is None]
+            for e in live if r % 2 == 0 else live[::-1]:
+                got = _call(e, {"window": window_s}, timeout_s)
+                if got:  # the median step (the phases summed) of this round
+                    e.round_ms.append(float(np.median(np.sum(np.asarray(got["samples_ms"], np.float64), axis=0))))
+            if on_round:
+                on_round(r + 1, rounds)
+        for e in ents:
+            if e.row is None:
+                _call(e, {"finish": True}, timeout_s)
+    finally:
+        for e in ents:
+            e.stop()
+    attach(ents, rounds, window_s, baseline)
+    return [e.row or {} for e in ents]
+
+
+def _call(e: Entrant, msg: dict[str, Any] | None, timeout: float) -> dict[str, Any] | None:
+    """Send ``msg`` (None: only read) and return the answer; when the answer is a row (skipped,
+    error, or the final one) or the worker died or fell silent, that row is the entrant's: None."""
+    t0 = time.perf_counter()
+    try:
+        answer = e.ask(msg, timeout)
+    except _Gone as g:
+        answer = {**base_row(e.case), "status": "error", "reason": str(g),
+                  "seconds": round(time.perf_counter() - t0, 3)}
+    if "status" not in answer:
+        return answer
+    e.row = answer
+    e.stop()
+    return None
+
+
+def _open(e: Entrant, timeout: float) -> None:
+    """Start the worker of ``e``, give it its case, wait until it has loaded and warmed up."""
+    e.stderr = tempfile.TemporaryFile()
+    e.proc = subprocess.Popen([sys.executable, "-m", "bench.interleave"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=e.stderr, bufsize=0,
+                              env=child_env({**os.environ, **case_env(e.case)}))
+    _call(e, e.case, timeout)
+
+
+# ---- the statistics -----------------------------------------------------------------------
+
+
+def median_ci(values: list[float] | np.ndarray, n_boot: int = N_BOOT, level: float = 0.95,
+              seed: int = 0) -> tuple[float, float, float]:
+    """Median with a percentile bootstrap interval (resampling the values with replacement)."""
+    v = np.asarray(values, dtype=np.float64)
+    boot = np.median(np.random.default_rng(seed).choice(v, (n_boot, v.size)), axis=1)
+    lo, hi = np.percentile(boot, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(np.median(v)), float(lo), float(hi)
+
+
+def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | None) -> None:
+    """Add the ``interleave`` field to the timed rows: each entrant's ratio to the baseline."""
+    timed = [e for e in ents if e.row and e.row.get("status") in TIMED and len(e.round_ms) == rounds]
+    if not timed:
+        return
+    base = next((e for e in timed if e.label == baseline), None) or \
+        next((e for e in timed if e.label == "opencv"), timed[0])
+    for e in timed:
+        ratios = [a / b for a, b in zip(e.round_ms, base.round_ms)]
+        r, lo, hi = median_ci(ratios)
+        assert e.row is not None
+        e.row["interleave"] = {
+            "rounds": rounds, "window_s": window_s, "order": [x.label for x in ents],
+            "entrants": [x.label for x in timed], "label": e.label, "baseline": base.label,
+            "round_ms": [round(x, 6) for x in e.round_ms], "round_ratios": [round(x, 6) for x in ratios],
+            "ratio": r, "ratio_ci": [lo, hi]}
+
+
+# ---- a sweep ------------------------------------------------------------------------------
+
+
+def group_key(case: Case) -> tuple[Any, ...]:
+    """What the runtimes of one interleaved group share: the case without its runtime."""
+    return tuple(v for k, v in zip(KEY, key(case.to_dict())) if k != "runtime")
+
+
+def run(cases: list[Case], recorder: Recorder, *, rounds: int = ROUNDS, window_s: float = WINDOW_S,
+        baseline: str | None = None, timeout_s: float = 900.0, progress: Progress | None = None,
+        live: Callable[[Case], Case] | None = None) -> list[dict[str, Any]]:
+    """Like ``sweep.run``, but the runtimes of each model/batch/precision/layout/mode take turns
+    (cases of a fixed-count protocol, and runtimes alone in their group, run one case per process)."""
+    todo = [c for c in cases if key(c.to_dict()) not in recorder.done]
+    groups: dict[tuple[Any, ...], list[Case]] = {}
+    for c in todo:
+        groups.setdefault(group_key(c), []).append(c)
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for group in groups.values():
+        group = [live(c) if live else c for c in group]
+        ready = [c for c in group if skip_row(c) is None]
+        if len(ready) < 2 or Policy(**group[0].policy).fixed:
+            new = [run_one(c, timeout_s=timeout_s) for c in group]
+        else:
+            new = _group_rows(group, ready, rounds, window_s, baseline, timeout_s, progress, len(rows),
+                              len(todo), started)
+        for row, c in zip(new, group):
+            recorder.add(row)
+            rows.append(row)
+            if progress:
+                progress(len(rows), len(todo), c, row, _eta(started, len(rows), len(todo)))
+    return rows
+
+
+def _group_rows(group: list[Case], ready: list[Case], rounds: int, window_s: float, baseline: str | None,
+                timeout_s: float, progress: Progress | None, done: int, total: int,
+                started: float) -> list[dict[str, Any]]:
+    def on_round(r: int, n: int) -> None:
+        if progress:
+            progress(done, total, ready[0], None, _eta(started, done, total))
+
+    timed = iter(run_group([c.to_dict() for c in ready], rounds=rounds, window_s=window_s, baseline=baseline,
+                           timeout_s=timeout_s, on_round=on_round))
+    ids = {id(c) for c in ready}
+    return [next(timed) if id(c) in ids else skip_row(c) or {} for c in group]
+
+
+def _eta(started: float, done: int, total: int) -> float:
+    if done == 0:
+        return float("nan")
+    return (time.perf_counter() - started) / done * (total - done)
+
+
+if __name__ == "__main__":
+    _main()
