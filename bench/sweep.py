@@ -18,20 +18,16 @@ STARTUP_S = 4.0  # a worker's interpreter, torch import and model load, roughly
 
 
 def run(cases: list[Case], recorder: Recorder, isolate: bool = True, timeout_s: float = 900.0,
-        progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Run every case not already in the results file; returns the new rows."""
+        progress: Progress | None = None, live: Callable[[Case], Case] | None = None) -> list[dict[str, Any]]:
+    """Run every case not already in the results file; returns the new rows. ``live`` turns a planned
+    case into one ready to run (its model converted) just before it runs."""
     todo = [c for c in cases if key(c.to_dict()) not in recorder.done]
     rows, started = [], time.perf_counter()
     for i, case in enumerate(todo):
         if progress:
             progress(i, len(todo), case, None, _eta(started, i, len(todo)))
-        reason = case.reason if case.status else _skip(case)
-        if reason:  # decided here: no process to start for a combination that cannot run
-            row = {**base_row(case.to_dict()), "status": case.status or "skipped", "reason": reason}
-        elif isolate:
-            row = isolated(case.to_dict(), timeout_s)
-        else:
-            row = run_case(case.to_dict())
+        case = live(case) if live else case
+        row = run_one(case, isolate, timeout_s)
         recorder.add(row)
         rows.append(row)
         if progress:
@@ -39,8 +35,22 @@ def run(cases: list[Case], recorder: Recorder, isolate: bool = True, timeout_s: 
     return rows
 
 
+def run_one(case: Case, isolate: bool = True, timeout_s: float = 900.0) -> dict[str, Any]:
+    """The row of one case (also what a cluster node runs for each case, bench/cluster.py)."""
+    row = skip_row(case)
+    if row:  # decided here: no process to start for a combination that cannot run
+        return row
+    return isolated(case.to_dict(), timeout_s) if isolate else run_case(case.to_dict())
+
+
+def skip_row(case: Case) -> dict[str, Any] | None:
+    """The row of a case that cannot run (failed conversion, runtime unable), or None."""
+    reason = case.reason if case.status else _skip(case)
+    return {**base_row(case.to_dict()), "status": case.status or "skipped", "reason": reason} if reason else None
+
+
 def _skip(case: Case) -> str | None:
-    from .runtimes import RUNTIMES
+    from convert.runtimes import RUNTIMES
 
     rt = RUNTIMES.get(case.runtime)
     return rt().skip_reason(case.to_dict()) if rt else None

@@ -1,33 +1,25 @@
-"""One benchmark case, run in a fresh process by default (``python -m bench.worker CASE OUT``) so
-that allocator state, cuDNN autotuning and compiled graphs never leak between cases. ``isolated``
-turns a crash, a timeout or an out-of-memory kill into an ``error`` row."""
+"""One benchmark case: load, time and verify a runtime of ``convert.runtimes``. Run in a fresh
+process by default (``isolated``, through ``convert.isolate``) so that allocator state, cuDNN
+autotuning and compiled graphs never leak between cases; a crash, a timeout or an out-of-memory
+kill is an ``error`` row."""
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import importlib
-import json
 import os
-import resource
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from convert.isolate import IsolatedError, call_json, peak_rss_bytes
+from convert.runtimes import RUNTIMES, TOLERANCE, CannotRun
+
 from .cases import step_gflops
+from .env import load_record, load_snapshot
 from .results import KEY
 from .stats import summarize
 from .timing import Policy, measure
-
-PARENT_ENV = "ZOO_PARENT_PID"  # the pid a worker dies with (as convert.isolate's children)
-TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 8e-2}  # the converter's table (convert/verify.py)
 
 
 def make_inputs(shapes: dict[str, list[int]], seed: int, count: int) -> list[dict[str, np.ndarray]]:
@@ -43,34 +35,16 @@ def make_grads(shapes: list[list[int]], seed: int, count: int) -> list[list[np.n
 
 def base_row(case: dict[str, Any]) -> dict[str, Any]:
     row = {k: case[k] for k in KEY}
-    row.update(source_format=case.get("source_format"), threads=case["threads"],
+    row.update(source_format=case.get("source_format"), threads={"count": case["threads"]},
                input_shapes=case["input_shapes"], forward=None, backward=None)
     return row
 
 
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process (VmHWM: ru_maxrss would include a parent's peak)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def die_with_parent() -> None:
-    """First thing in a worker: be killed when the sweep's process dies (Linux's parent-death signal),
-    and exit now if it died before that took effect. A killed sweep leaves no worker timing on."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    parent = os.environ.get(PARENT_ENV, "")
-    if parent.isdigit() and os.getppid() != int(parent):
-        os._exit(1)
+# OpenMP threads sleep when idle instead of spinning (libgomp spins ~3 ms by default): on a busy
+# machine a spinning team waits for a descheduled member and steals the core it needs. Measured on
+# the 2-core VM under load: torch ResNet-18 854 ms with the default vs 78 ms passive, LeNet p90 56 ms
+# vs 4 ms (idle: no loss). libgomp reads it when torch loads: it is in each worker's environment.
+PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def set_threads(n: int) -> None:
@@ -86,17 +60,29 @@ def set_threads(n: int) -> None:
 
 def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Load, verify and time one case in this process; returns its results row."""
-    from .runtimes import RUNTIMES, CannotRun
+    started = time.perf_counter()
+    opened = open_case(case)
+    if isinstance(opened, str):
+        return {**base_row(case), "status": "skipped", "reason": opened}
+    rt, phases, inputs, load_s = opened
+    try:
+        timing = measure(phases, rt.sync, Policy(**case["policy"]))
+    except CannotRun as e:
+        return {**base_row(case), "status": "skipped", "reason": str(e)}
+    return finish_row(case, rt, inputs[0], timing, load_s, started)
 
+
+def open_case(case: dict[str, Any]) -> tuple[Any, list[Any], list[dict[str, np.ndarray]], float] | str:
+    """Set the threads, load the runtime and give it its inputs: (runtime, phases, inputs, load
+    seconds), or the reason it cannot run (a skipped row)."""
     if case.get("plugin"):  # a module registering extra runtimes (tests use fake ones)
         importlib.import_module(case["plugin"])
-    started = time.perf_counter()
-    row = base_row(case)
+    case["_load_start"] = load_snapshot()  # taken back by finish_row (this dict goes with the case)
     set_threads(case["threads"])
     rt = RUNTIMES[case["runtime"]]()
     reason = rt.skip_reason(case)
     if reason:
-        return {**row, "status": "skipped", "reason": reason}
+        return reason
     t0 = time.perf_counter()
     try:
         rt.load(case)
@@ -105,12 +91,23 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
         inputs = make_inputs(case["input_shapes"], case["seed"], n)
         grads = make_grads(case["output_shapes"], case["seed"], n) if case["mode"] == "training" else None
         rt.set_inputs(inputs, grads)
-        phases = [rt.forward] + ([rt.backward] if case["mode"] == "training" else [])
-        timing = measure(phases, rt.sync, Policy(**case["policy"]))
     except CannotRun as e:
-        return {**row, "status": "skipped", "reason": str(e)}
-    row.update(_verification(case, rt, inputs[0]))
+        return str(e)
+    return rt, [rt.forward] + ([rt.backward] if case["mode"] == "training" else []), inputs, load_s
+
+
+def finish_row(case: dict[str, Any], rt: Any, x: dict[str, np.ndarray], timing: Any, load_s: float,
+               started: float) -> dict[str, Any]:
+    """The results row of a timed case: verification on ``x`` (after the timing: it replaces the
+    runtime's inputs), the statistics and figures."""
+    row = base_row(case)
+    end = load_snapshot()
+    load = load_record(case.pop("_load_start", None) or end, end, case["threads"])
+    row.update(_verification(case, rt, x))
     row.update(_figures(case, timing, load_s, rt))
+    row.update(threads=thread_settings(case["threads"], rt), load=load, quiet=load["quiet"])
+    if not load["quiet"]:
+        row["quiet_reason"] = "; ".join(load["reasons"])
     row["seconds"] = round(time.perf_counter() - started, 3)
     return row
 
@@ -146,7 +143,10 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
     gflops = case.get("gflops_per_image")
     flops = step_gflops(gflops or 0, case.get("backward_gflops_per_image"), bwd is not None) * case["batch"]
     achieved = flops / total_ms if gflops else None  # GFLOP per ms = TFLOP/s
-    peak = case.get("gemm_peak_tflops")
+    peak = near = case.get("gemm_peak_tflops")
+    if achieved and peak:  # the peak again, next to the case, under the load the case saw
+        near = gemm_next_to_case(case)
+        peak = near or peak
     mem = {"host_peak_rss_bytes": peak_rss_bytes(), **rt.memory()}
     return {"forward": fwd, "backward": bwd,
             "one_time": {"load_s": round(load_s, 4), "first_iter_ms": [round(x, 3) for x in t.first_ms],
@@ -155,40 +155,46 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
             "images_per_s": case["batch"] / total_ms * 1000.0,
             "gflops_per_image": gflops, "achieved_tflops": achieved,
             "pct_of_peak": 100.0 * achieved / peak if achieved and peak else None,
+            "gemm_peak_tflops": {"run": case.get("gemm_peak_tflops"), "next_to_case": near} if peak else None,
             "memory": mem, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def thread_settings(n: int, rt: Any) -> dict[str, Any]:
+    """What decides how this case's runtime used the CPU: the count asked for, the OpenMP/MKL
+    environment the process started with, torch's pools, and the runtime's own settings."""
+    import torch
+
+    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+           if k in os.environ}
+    return {"count": n, "env": env, "torch_intra_op": torch.get_num_threads(),
+            "torch_inter_op": torch.get_num_interop_threads(), "runtime": rt.settings()}
+
+
+def gemm_next_to_case(case: dict[str, Any]) -> float | None:
+    """TFLOP/s of the run's GEMM measured again in this process right after the case (5 calls), so
+    that "% of peak" compares two figures taken under the same load."""
+    n = 1024 if case["device"] == "cpu" else 8192
+    g = RUNTIMES["gemm-peak"]()
+    try:
+        g.load({**case, "gemm_n": n})
+        t = measure([g.forward], g.sync, Policy(fixed=5, dry=1))
+    except Exception:  # e.g. out of memory next to a large model: the run's peak stands
+        return None
+    return 2 * n**3 / 1e9 / float(np.median(t.samples_ms[0]))
 
 
 def isolated(case: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Run a case in a fresh Python process; failures become error rows."""
     started = time.perf_counter()
-    # named like convert.isolate's temporaries (zoo-KIND-HOST-PID-), which a later run removes when
-    # this process is gone (bench does not import convert: the same three parts, spelled here)
-    host = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:10]
-    with tempfile.TemporaryDirectory(prefix=f"zoo-case-{host}-{os.getpid()}-") as tmp:
-        cin, cout = Path(tmp) / "case.json", Path(tmp) / "row.json"
-        cin.write_text(json.dumps(case))
-        env = {**os.environ, "OMP_NUM_THREADS": str(case["threads"]),
-               "MKL_NUM_THREADS": str(case["threads"]), PARENT_ENV: str(os.getpid())}
-        try:
-            p = subprocess.run([sys.executable, "-m", "bench.worker", str(cin), str(cout)], env=env,
-                               capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return _error(case, f"timed out after {timeout_s:.0f} s", started)
-        if cout.exists():
-            return json.loads(cout.read_text())
-        return _error(case, _death(p.returncode, p.stderr), started)
+    try:
+        return call_json("bench.worker:run_case_row", timeout_s, case_env(case), kind="case", case=case)
+    except IsolatedError as e:
+        return _error(case, str(e), started)
 
 
-def _death(code: int, stderr: str) -> str:
-    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    last = lines[-1].strip() if lines else ""
-    if code in (-9, 137):
-        return "killed (out of memory?)"
-    if "out of memory" in stderr.lower():
-        return f"out of memory: {last[:200]}"
-    if code < 0:
-        return f"crashed (signal {-code}) {last[:200]}".strip()
-    return f"failed (exit code {code}): {last[:300]}"
+def case_env(case: dict[str, Any]) -> dict[str, str]:
+    """What a case's worker process gets added to its environment (isolated and interleaved alike)."""
+    return {"OMP_NUM_THREADS": str(case["threads"]), "MKL_NUM_THREADS": str(case["threads"]), **PASSIVE}
 
 
 def _error(case: dict[str, Any], reason: str, started: float) -> dict[str, Any]:
@@ -196,17 +202,11 @@ def _error(case: dict[str, Any], reason: str, started: float) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def main(argv: list[str]) -> None:
-    case = json.loads(Path(argv[0]).read_text())
+def run_case_row(case: dict[str, Any]) -> dict[str, Any]:
+    """``run_case`` in a worker process: an exception is an error row with the line that says why."""
     try:
-        row = run_case(case)
-    except Exception as e:  # an error row, with the one line that says what went wrong
+        return run_case(case)
+    except Exception as e:
         msg = str(e).strip().splitlines()
-        row = {**base_row(case), "status": "error",
-               "reason": f"{type(e).__name__}: {msg[-1][:300] if msg else ''}".strip()}
-    Path(argv[1]).write_text(json.dumps(row, allow_nan=False))
-
-
-if __name__ == "__main__":
-    die_with_parent()
-    main(sys.argv[1:])
+        return {**base_row(case), "status": "error",
+                "reason": f"{type(e).__name__}: {msg[-1][:300] if msg else ''}".strip()}

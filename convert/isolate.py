@@ -1,8 +1,10 @@
 """Run a function in a fresh Python process.
 
-Used for the independent importer (OpenCV): it can crash on files it dislikes, and its own
-memory use (VGG-16: about 3x the caffemodel) should not add to the converter's. Arrays travel
-as .npz files; the child reports its own peak RSS.
+The one child-process mechanism of zoo. Used for the independent importer (OpenCV): it can crash
+on files it dislikes, and its own memory use (VGG-16: about 3x the caffemodel) should not add to
+the converter's; and for every benchmark case (``call_json``), so that allocator state, autotuning
+and compiled graphs never leak between cases and a crash, a timeout or an out-of-memory kill is
+one line. Arrays travel as .npz files, other results as JSON; the child reports its peak RSS.
 
 Also the one home of process ownership: children that die with their parent (a ``kill -9`` of zoo
 must not orphan an OpenCV or benchmark worker), and temporaries named after their owner
@@ -47,23 +49,48 @@ class IsolatedError(Exception):
 def call(func: str, feeds: dict[str, np.ndarray], timeout: float = 900,
          **kwargs: Any) -> tuple[dict[str, np.ndarray], int]:
     """Run ``module:function(feeds, **kwargs)`` in a child; returns (outputs, child's peak RSS bytes)."""
-    clean_stale(Path(tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix=temp_prefix("iso")) as tmp:
         d = Path(tmp)
         _save(d / "in", feeds)
-        (d / "args.json").write_text(json.dumps(kwargs))
-        try:
-            p = subprocess.run([sys.executable, "-m", "convert.isolate", func, str(d)], env=child_env(),
-                               capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise IsolatedError(f"{func} did not finish within {timeout:.0f} s") from None
-        if (d / "error.txt").exists():
-            raise IsolatedError((d / "error.txt").read_text().strip())
-        if p.returncode != 0:
-            tail = (p.stderr.strip().splitlines() or [""])[-1]
-            raise IsolatedError(f"crashed (exit code {p.returncode}) {tail}".strip())
-        meta = json.loads((d / "out.json").read_text())
+        meta = _run(func, d, kwargs, timeout, None)
         return _load(d / "out"), int(meta["peak_rss_bytes"])
+
+
+def call_json(func: str, timeout: float, env: dict[str, str] | None = None, kind: str = "iso",
+              **kwargs: Any) -> Any:
+    """Run ``module:function(**kwargs)`` in a child (``env`` added to this process's environment);
+    returns its JSON-able result. The benchmark runs each case this way."""
+    with tempfile.TemporaryDirectory(prefix=temp_prefix(kind)) as tmp:
+        return _run(func, Path(tmp), kwargs, timeout, env)["result"]
+
+
+def _run(func: str, d: Path, kwargs: dict[str, Any], timeout: float, env: dict[str, str] | None) -> Any:
+    clean_stale(Path(tempfile.gettempdir()))
+    (d / "args.json").write_text(json.dumps(kwargs))
+    try:
+        p = subprocess.run([sys.executable, "-m", "convert.isolate", func, str(d)],
+                           env=child_env({**os.environ, **(env or {})}), capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise IsolatedError(f"timed out after {timeout:.0f} s ({func})") from None
+    if (d / "error.txt").exists():
+        raise IsolatedError((d / "error.txt").read_text().strip())
+    if p.returncode != 0:
+        raise IsolatedError(death(p.returncode, p.stderr))
+    return json.loads((d / "out.json").read_text())
+
+
+def death(code: int, stderr: str) -> str:
+    """Why a child ended without a result, in one line."""
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    last = lines[-1].strip() if lines else ""
+    if code in (-9, 137):
+        return "killed (out of memory?)"
+    if "out of memory" in stderr.lower():
+        return f"out of memory: {last[:200]}"
+    if code < 0:
+        return f"crashed (signal {-code}) {last[:200]}".strip()
+    return f"crashed (exit code {code}) {last[:300]}".strip()
 
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -150,10 +177,13 @@ def _child(func: str, d: Path) -> None:
     try:
         module, _, name = func.partition(":")
         fn = getattr(importlib.import_module(module), name)
-        outs = fn(_load(d / "in"), **json.loads((d / "args.json").read_text()))
-        _save(d / "out", outs)
-        peak = peak_rss_bytes()
-        (d / "out.json").write_text(json.dumps({"peak_rss_bytes": peak}))
+        kwargs = json.loads((d / "args.json").read_text())
+        arrays = Path(str(d / "in") + ".npz").exists()
+        res = fn(_load(d / "in"), **kwargs) if arrays else fn(**kwargs)
+        if arrays:
+            _save(d / "out", res)
+        out = {"peak_rss_bytes": peak_rss_bytes(), **({} if arrays else {"result": res})}
+        (d / "out.json").write_text(json.dumps(out, allow_nan=False))
     except Exception as e:  # reported to the parent as one line
         lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
         msg = next((ln for ln in lines if "error:" in ln.lower()), lines[-1] if lines else "")

@@ -17,12 +17,11 @@ from .errors import ShapeError
 from .ir import Graph, Shape, release_mapped
 from .isolate import IsolatedError
 from .limits import graph_bytes, over_budget
-from .torch_emit import import_model, variable_names
+from .runtimes import TOLERANCE, import_model
+from .runtimes.ort import session_options
+from .torch_emit import variable_names
 
 log = logging.getLogger(__name__)
-
-# One tolerance table, keyed by precision: max |a - b| / max |ref|.
-TOLERANCE = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 8e-2}
 
 
 def seeded_inputs(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[str, np.ndarray]:
@@ -104,11 +103,7 @@ def run_onnx(path: Path, feeds: dict[str, np.ndarray], values: list[str] | None 
     """Outputs of model.onnx in ONNX Runtime (CPU); ``values`` adds intermediate values."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.disable_prepacking", "1")  # no second weight copy
+    so = session_options(threads, **{"session.disable_prepacking": "1"})  # no second weight copy
     if values:
         import onnx
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.runtimes import Runtime, register
+from convert.runtimes import Runtime, register
 
 
 class _Base(Runtime):

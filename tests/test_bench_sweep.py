@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from bench import results, sweep
 from bench.cases import Case
 from bench.results import Recorder, ResultsError, validate
-from bench.runtimes import RUNTIMES
 from bench.timing import Policy
+from convert.runtimes import RUNTIMES
 from zoo.cli import app
 
 TESTS = Path(__file__).parent

@@ -172,19 +172,9 @@ def reference_outputs(p: Prepared, batch: int, seed: int, n_inputs: int) -> Path
 
 def original_files(p: Prepared) -> dict[str, Any] | None:
     """What OpenCV loads: the original definition and weights (None for stripped variants)."""
-    info = p.info
-    if info.get("stripped") or not info.get("source"):
-        return None
-    src = Path(info["source"])
-    w = info.get("weights")
-    if info["framework"] == "caffe":
-        weights = w if w and w != "random (seeded)" else str(p.art / "random.caffemodel")
-        ir = json.loads((p.art / "ir.json").read_text())
-        first = {n["outputs"][0]: n["name"] for n in ir["nodes"]}
-        outs = {o: first[o] for o in info["outputs"] if o in first}
-        return {"framework": "caffe", "source": str(src), "weights": weights, "outputs": outs}
-    t7 = str(src) if src.suffix != ".lua" else str(p.art / "random.t7")
-    return {"framework": "torch7", "source": t7, "weights": None, "outputs": {}}
+    from convert.runtimes.opencv import original
+
+    return original(p.art, p.info)
 
 
 def data_grad_macs_per_image(art: Path, ir: dict[str, Any]) -> int:

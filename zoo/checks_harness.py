@@ -61,7 +61,7 @@ print(statistics.median(times) * 1000)
 PAIRED = r"""
 import json, math, statistics, sys, time
 from dataclasses import replace
-from bench.runtimes import RUNTIMES
+from convert.runtimes import RUNTIMES
 from bench.timing import Policy, measure
 from bench.worker import make_inputs, set_threads
 case, block_s, side_s, side_n = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])

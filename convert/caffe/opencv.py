@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import numpy as np
 
 from .. import isolate
 from ..ir import Graph
+from ..runtimes import opencv as ocv
 from .upgrade import Layer
 
 
@@ -74,30 +74,19 @@ Feeds = dict[str, np.ndarray]
 
 
 def layer_values(g: Graph) -> dict[str, str]:
-    """Value -> the Caffe layer whose (first) output OpenCV gives under that layer's name.
-
-    One Caffe layer may be several consecutive nodes (the last one holds the layer's output); a
-    name that is empty or given to two layers is ambiguous there and left out."""
-    runs: list[list[str]] = []
-    for i, n in enumerate(g.nodes):
-        if i and g.nodes[i - 1].name == n.name:
-            runs[-1][1] = n.outputs[0]
-        else:
-            runs.append([n.name, n.outputs[0]])
-    count = Counter(name for name, _ in runs)
-    return {v: name for name, v in runs if name and count[name] == 1}
+    """Value -> the Caffe layer whose output OpenCV gives under that layer's name."""
+    return ocv.layer_values((n.name, n.outputs[0]) for n in g.nodes)
 
 
 def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[Feeds], Feeds]:
     """A function running OpenCV's import of the original files (in a child process); its
     ``layers`` attribute gives every layer's output instead, to find where OpenCV diverges."""
     values = layer_values(g)
-    blob = g.meta.get("caffe_inputs", {})  # inputs whose value name is not the Caffe blob's
+    original = {"framework": "caffe", "source": str(prototxt), "weights": str(caffemodel) if caffemodel else None,
+                "inputs": g.meta.get("caffe_inputs", {})}  # inputs whose value name is not the Caffe blob's
 
     def call(feeds: Feeds, wanted: dict[str, str]) -> Feeds:
-        outs, peak = isolate.call("convert.caffe.opencv:forward", {blob.get(k, k): v for k, v in feeds.items()},
-                                  prototxt=str(prototxt), caffemodel=str(caffemodel) if caffemodel else None,
-                                  outputs=wanted)
+        outs, peak = isolate.call("convert.runtimes.opencv:forward", feeds, original={**original, "outputs": wanted})
         run.peak_rss_bytes = peak  # type: ignore[attr-defined]
         return outs
 
@@ -108,16 +97,6 @@ def runner(g: Graph, prototxt: Path, caffemodel: Path | None) -> Callable[[Feeds
     return run
 
 
-def forward(feeds: dict[str, np.ndarray], prototxt: str, caffemodel: str | None,
-            outputs: dict[str, str]) -> dict[str, np.ndarray]:
-    """In the child: cv2.dnn.readNetFromCaffe and one forward pass."""
-    import cv2
-
-    net = cv2.dnn.readNetFromCaffe(prototxt, caffemodel)
-    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
-    if hasattr(net, "enableWinograd"):  # Winograd 3x3 convolutions lose ~1e-4 on a ResNet-50
-        net.enableWinograd(False)
-    for name, x in feeds.items():
-        net.setInput(np.ascontiguousarray(x), name)
-    outs = net.forward(list(outputs.values())) if outputs else []
-    return {o: np.asarray(v) for o, v in zip(outputs, outs)}
+def forward(feeds: Feeds, prototxt: str, caffemodel: str | None, outputs: dict[str, str]) -> Feeds:
+    """In a child: ``outputs`` (value -> layer) of readNetFromCaffe's net, feeds keyed by blob name."""
+    return ocv.forward(feeds, {"framework": "caffe", "source": prototxt, "weights": caffemodel, "outputs": outputs})

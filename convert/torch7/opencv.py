@@ -27,7 +27,6 @@ cropping SpatialZeroPadding, Padding with an index, and files older than ``ceil_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import numpy as np
 
 from .. import isolate
 from ..ir import Graph
+from ..runtimes import opencv as ocv
 
 
 def known_deviations(g: Graph) -> list[str]:
@@ -53,28 +53,16 @@ def runner(g: Graph, art: Path) -> Callable[[dict[str, np.ndarray]], dict[str, n
     t7 = original(g, art)
     if t7 is None:
         return None
-    with open(t7, "rb") as f:
-        binary = not re.match(rb"\s*-?\d+\s", f.read(32))  # ASCII files start with "4\n"
+    described = {"framework": "torch7", "source": str(t7), "weights": None, "outputs": {g.outputs[-1]: ""}}
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if len(g.outputs) != 1:
             raise isolate.IsolatedError("several outputs: OpenCV's Torch importer gives only its last")
-        outs, peak = isolate.call("convert.torch7.opencv:forward", feeds, t7=str(t7), binary=binary,
-                                  output=g.outputs[0])
+        outs, peak = isolate.call("convert.runtimes.opencv:forward", feeds, original=described)
         run.peak_rss_bytes = peak  # type: ignore[attr-defined]
         return outs
 
     return run
-
-
-def forward(feeds: dict[str, np.ndarray], t7: str, binary: bool, output: str) -> dict[str, np.ndarray]:
-    """In the child: cv2.dnn.readNetFromTorch and one forward pass."""
-    import cv2
-
-    net = cv2.dnn.readNetFromTorch(t7, binary)
-    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
-    net.setInput(np.ascontiguousarray(feeds["input"]))
-    return {output: np.asarray(net.forward())}
 
 
 def forward_many(feeds: dict[str, np.ndarray], jobs: list[list]) -> dict[str, np.ndarray]:
@@ -84,13 +72,12 @@ def forward_many(feeds: dict[str, np.ndarray], jobs: list[list]) -> dict[str, np
     import cv2
 
     out: dict[str, np.ndarray] = {}
-    for key, t7, binary in jobs:
+    for key, t7, _binary in jobs:  # the file says whether it is binary
+        described = {"framework": "torch7", "source": t7, "weights": None, "outputs": {key: ""}}
         try:
-            net = cv2.dnn.readNetFromTorch(t7, binary)
-            net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
-            net.setInput(np.ascontiguousarray(feeds[key]))
-            out[key] = np.asarray(net.forward())
+            out.update(ocv.forward({key: feeds[key]}, described))
+        except ocv.CannotRun as e:
+            out[key + "!error"] = np.array(str(e)[:300])
         except cv2.error as e:
-            lines = [ln for ln in str(e).splitlines() if ln.strip()]
-            out[key + "!error"] = np.array((lines[-1] if lines else "refused").strip()[:300])
+            out[key + "!error"] = np.array(ocv.reason(e)[:300])
     return out
