@@ -35,3 +35,23 @@ def disk_heavy(tmp_path_factory: pytest.TempPathFactory):
     with open(root / "disk-heavy.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+def loopback_only() -> bool:
+    """Whether this process's network has nothing up but loopback (a namespace made by
+    ``unshare -n``): the only place the suite starts Ray, so that no test traffic leaves the host."""
+    import psutil
+
+    return all(name == "lo" or not st.isup for name, st in psutil.net_if_stats().items())
+
+
+RAY_NETNS = "unshare -n sh -c 'ip link set lo up && python -m pytest -m ray'"
+
+
+@pytest.fixture(scope="module")
+def ray_netns() -> None:
+    """Skip a Ray test unless Ray is installed and the network is loopback only (.ci/run runs the
+    Ray tests that way: ``RAY_NETNS``)."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
+    if not loopback_only():
+        pytest.skip(f"Ray tests start Ray only in a loopback-only network namespace: {RAY_NETNS}")

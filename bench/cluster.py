@@ -1,0 +1,329 @@
+"""A sweep on a Ray cluster: Ray places the work and watches the nodes; zoo decides what a case is
+and what must be identical.
+
+Each node first runs one set-up task: it builds the cases itself from a host-independent request
+(model names and conversion arguments, converted and verified once on that node, cached by the
+source and weights fingerprints), records its environment and measures its GEMM peak. The driver
+then checks that every node's artifacts have the same fingerprint (a node whose conversion differs
+times none of that model's cases) and hands out the cases one at a time per node: each case task
+reserves all the node's CPUs and times its case in a fresh process there, exactly as a local sweep
+(``sweep.run_one``). Every machine kind (an accelerator type, or the CPU model of a CPU-only node)
+times the whole case set once; its rows stream into ``OUT/<machine>/<run>.json``. A node lost
+mid-case: that case goes back to the queue for another node of its kind, or becomes an error row
+when none is left; a finished row is saved as it arrives and is never lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import env as benv
+from . import sweep
+from .cases import Case
+from .results import Recorder, key
+from .worker import base_row
+
+log = logging.getLogger(__name__)
+MISSING = "--cluster needs Ray, which is not installed: pip install -e '.[cluster]'"
+ARTIFACT_FILES = ("ir.json", "model.safetensors")  # what a conversion produced: its graph and weights
+MAX_LOST = 2  # a case lost with its node this often is an error row, not retried again
+Prepare = Callable[[int | None], list[Case]]  # (threads or None: the node's cores) -> the node's cases
+
+
+class ClusterError(Exception):
+    """The cluster cannot do what was asked; the message is one line."""
+
+
+@dataclass
+class Node:
+    """One Ray node taking part in the sweep."""
+
+    id: str
+    cpus: int
+    accelerator: str | None
+    machine: str = ""
+    env: dict[str, Any] = field(default_factory=dict)
+    cases: dict[tuple[Any, ...], Case] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    alive: bool = True
+    refused: set[str] = field(default_factory=set)  # artifacts whose conversion differs here
+    done: int = 0
+    running: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.machine} {self.id[:8]}"
+
+    def may_run(self, k: tuple[Any, ...]) -> bool:
+        c = self.cases.get(k)
+        return self.alive and c is not None and _art(c) not in self.refused
+
+
+@dataclass
+class State:
+    """What the progress display shows: per node (label, done, running), left, total, ETA."""
+
+    nodes: list[tuple[str, int, int]]
+    done: int
+    left: int
+    eta_s: float
+
+
+@contextmanager
+def session(address: str) -> Iterator[Any]:
+    """Ray, connected to ``address`` (``local`` starts an instance here for the run); disconnected
+    (and a local instance stopped) at the end."""
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(MISSING) from None
+    kw: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    try:
+        if address == "local":
+            ray.init(include_dashboard=False, **kw)
+        else:
+            ray.init(address=address, **kw)
+    except Exception as e:  # Ray's connection errors have no common class; the message says what failed
+        raise ClusterError(f"--cluster {address}: cannot connect: {_line(e)}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[-1][:300] if lines else ''}"
+
+
+def _art(c: Case) -> str:
+    return Path(c.artifact).name if c.artifact else ""
+
+
+def fingerprints(cases: list[Case]) -> dict[str, str]:
+    """sha256 of each artifact's graph and weights, keyed by the artifact's folder name."""
+    out: dict[str, str] = {}
+    for c in cases:
+        name = _art(c)
+        if not name or name in out or c.status:
+            continue
+        h = hashlib.sha256()
+        for f in ARTIFACT_FILES:
+            p = Path(c.artifact) / f
+            if p.is_file():
+                with open(p, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
+                        h.update(block)
+        out[name] = h.hexdigest()
+    return out
+
+
+def accelerator(resources: dict[str, float]) -> str | None:
+    """The node's accelerator type (Ray's ``accelerator_type:X`` resource), if any."""
+    types = sorted(k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:"))
+    return types[0] if types else None
+
+
+def select(ray: Any, accelerators: list[str], all_accelerators: bool) -> list[Node]:
+    """The alive nodes with CPUs, narrowed to the accelerator types asked for."""
+    nodes = [Node(n["NodeID"], int(n["Resources"].get("CPU", 0)), accelerator(n["Resources"]))
+             for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1]
+    present = sorted({n.accelerator for n in nodes if n.accelerator})
+    for a in accelerators:
+        if a not in present:
+            raise ClusterError(f"--accelerator {a}: no node of that type in the cluster "
+                               f"(present: {', '.join(present) or 'none'})")
+    if accelerators:
+        nodes = [n for n in nodes if n.accelerator in accelerators]
+    elif all_accelerators:
+        nodes = [n for n in nodes if n.accelerator]
+    if not nodes:
+        raise ClusterError("the cluster has no node to run on" + (" with an accelerator" if all_accelerators else ""))
+    return nodes
+
+
+def _pinned(ray: Any, fn: Callable[..., Any], node: Node) -> Any:
+    """``fn`` as a task on ``node`` only, holding all its CPUs (nothing runs beside it)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return ray.remote(fn).options(num_cpus=node.cpus, max_retries=0,
+                                  scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
+
+
+def set_up_node(prepare: Prepare, threads: int | None, gpu: int | None, device: str, isolate: bool,
+                node_id: str, resources: dict[str, float]) -> dict[str, Any]:
+    """On the node: its cases (converted and verified there), its environment, its GEMM peak."""
+    cases = prepare(threads)
+    threads = threads or benv.physical_cores()
+    env = benv.capture(threads, gpu)
+    env["ray_node"] = {"id": node_id, "resources": resources}
+    precisions = sorted({c.precision for c in cases if not c.status})
+    env["gemm_peak"] = {device: {p: sweep.gemm_peak(device, p, threads, isolate) for p in precisions}}
+    return {"env": env, "cases": cases, "fingerprints": fingerprints(cases), "cwd": os.getcwd()}
+
+
+def run_on_node(case: Case, cwd: str, isolate: bool, timeout_s: float) -> dict[str, Any]:
+    """On the node: one case, in a fresh process, from the folder its set-up ran in."""
+    os.chdir(cwd)
+    return sweep.run_one(case, isolate, timeout_s)
+
+
+def machine_of(node: Node) -> str:
+    """The results folder of a node: its accelerator type, or its CPU (as a local run names it)."""
+    if node.accelerator:
+        return re.sub(r"[^a-z0-9]+", "-", node.accelerator.lower().replace("nvidia", "")).strip("-") or "gpu"
+    return benv.machine_name(node.env)
+
+
+def set_up(ray: Any, nodes: list[Node], prepare: Prepare, *, threads: int | None, gpu: int | None,
+           device: str, isolate: bool) -> list[Node]:
+    """Every node set up at once; a node whose set-up fails is left out with a warning."""
+    resources = {n["NodeID"]: n["Resources"] for n in ray.nodes()}
+    refs = {_pinned(ray, set_up_node, n).remote(prepare, threads, gpu, device, isolate, n.id, resources[n.id]): n
+            for n in nodes}
+    ready = []
+    for ref, n in refs.items():
+        try:
+            got = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # zoo's own failure on that node: the user's to see
+            raise ClusterError(f"node {n.id[:8]}: {_line(e.cause if hasattr(e, 'cause') else e)}") from None
+        except ray.exceptions.RayError as e:
+            log.warning("node %s left out: its set-up failed (%s)", n.id[:8], _line(e))
+            continue
+        n.env, n.fingerprints, n.cwd = got["env"], got["fingerprints"], got["cwd"]
+        n.cases = {key(c.to_dict()): c for c in got["cases"]}
+        n.machine = machine_of(n)
+        ready.append(n)
+    if not ready:
+        raise ClusterError("no node could be set up")
+    _agree(ready)
+    return ready
+
+
+def _agree(nodes: list[Node]) -> None:
+    """The fingerprint most nodes have is the conversion; a node that differs is refused that model."""
+    names = sorted({a for n in nodes for a in n.fingerprints})
+    for a in names:
+        votes: dict[str, int] = {}
+        for n in nodes:
+            if a in n.fingerprints:
+                votes[n.fingerprints[a]] = votes.get(n.fingerprints[a], 0) + 1
+        best = max(votes, key=lambda fp: votes[fp])  # ties: the first node's (dicts keep order)
+        for n in nodes:
+            if n.fingerprints.get(a, best) != best:
+                n.refused.add(a)
+                log.warning("node %s: the conversion of %s differs from the other nodes' (%s... vs %s...): "
+                            "its cases are not timed there", n.id[:8], a, n.fingerprints[a][:12], best[:12])
+
+
+def recorders(nodes: list[Node], out_root: Path, run_id: str, resume: bool) -> dict[str, Recorder]:
+    """One results file per machine, ``out_root/<machine>/<run_id>.json``, its env the first node's
+    with every node's own environment under ``nodes``."""
+    recs = {}
+    for m in dict.fromkeys(n.machine for n in nodes):
+        mine = [n for n in nodes if n.machine == m]
+        path = Path(out_root) / m / f"{run_id}.json"
+        env = {**mine[0].env, "machine": m, "run_id": run_id}
+        rec = Recorder(path, env, resume=resume and path.exists())
+        rec.set_env("nodes", {**rec.doc["env"].get("nodes", {}), **{n.id: n.env for n in mine}})
+        recs[m] = rec
+    return recs
+
+
+def run(ray: Any, nodes: list[Node], recs: dict[str, Recorder], *, isolate: bool, timeout_s: float,
+        progress: Callable[[State], None] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every machine's cases not yet in its file, one at a time per node; returns the new rows per machine."""
+    todo = {m: deque(k for n in nodes if n.machine == m for k in n.cases) for m in recs}
+    todo = {m: deque(dict.fromkeys(k for k in q if k not in recs[m].done)) for m, q in todo.items()}
+    rows: dict[str, list[dict[str, Any]]] = {m: [] for m in recs}
+    lost: dict[tuple[str, tuple[Any, ...]], int] = {}
+    inflight: dict[Any, tuple[Node, tuple[Any, ...]]] = {}
+    started = time.perf_counter()
+
+    def record(n: Node, k: tuple[Any, ...], row: dict[str, Any]) -> None:
+        row = {**row, "node": {"id": n.id, "hostname": n.env.get("hostname")}}
+        recs[n.machine].add(row)
+        rows[n.machine].append(row)
+        n.done += 1
+
+    while any(todo.values()) or inflight:
+        for n in nodes:
+            q = todo[n.machine]
+            k = next((k for k in q if n.may_run(k)), None) if not n.running else None
+            if k is not None:
+                q.remove(k)
+                ref = _pinned(ray, run_on_node, n).remote(n.cases[k], n.cwd, isolate, timeout_s)
+                inflight[ref], n.running = (n, k), 1
+        _orphans(nodes, todo, record)
+        if inflight:
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                n, k = inflight.pop(ref)
+                n.running = 0
+                row = _result(ray, ref, n, k, lost, todo)
+                if row is not None:
+                    record(n, k, row)
+        if progress:
+            done = sum(len(r) for r in rows.values())
+            left = sum(map(len, todo.values())) + len(inflight)
+            eta = (time.perf_counter() - started) / done * left if done else float("nan")
+            progress(State([(n.label, n.done, n.running) for n in nodes], done, left, eta))
+    return rows
+
+
+def _result(ray: Any, ref: Any, n: Node, k: tuple[Any, ...], lost: dict[Any, int],
+            todo: dict[str, deque[Any]]) -> dict[str, Any] | None:
+    """A finished task's row; None when its node was lost and the case is queued again."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:  # zoo's code failed there (not the node): an error row
+        return {**base_row(n.cases[k].to_dict()), "status": "error", "reason": f"on node {n.id[:8]}: {_line(e)}"}
+    except ray.exceptions.RayError as e:
+        if _node_alive(ray, n.id):
+            return {**base_row(n.cases[k].to_dict()), "status": "error", "reason": f"on node {n.id[:8]}: {_line(e)}"}
+        n.alive = False
+        lost[(n.machine, k)] = lost.get((n.machine, k), 0) + 1
+        log.warning("node %s lost (%s)", n.id[:8], _line(e))
+        if lost[(n.machine, k)] > MAX_LOST:
+            return {**base_row(n.cases[k].to_dict()), "status": "error",
+                    "reason": f"lost with its node {lost[(n.machine, k)]} times"}
+        todo[n.machine].appendleft(k)
+        return None
+
+
+def _node_alive(ray: Any, node_id: str, wait_s: float = 10.0) -> bool:
+    """Whether Ray still counts the node alive (a task's failure and the node's death are seen a
+    moment apart: wait a little for the death to show before calling the node alive)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(1.0)
+
+
+def _orphans(nodes: list[Node], todo: dict[str, deque[Any]],
+             record: Callable[[Node, tuple[Any, ...], dict[str, Any]], None]) -> None:
+    """Cases that no node of their machine can run any more become error rows."""
+    for m, q in todo.items():
+        for k in list(q):
+            mine = [n for n in nodes if n.machine == m]
+            if any(n.may_run(k) for n in mine):
+                continue
+            q.remove(k)
+            n = mine[0]
+            c = next(x.cases[k] for x in mine if k in x.cases)
+            why = ("the conversion differs on every node that is left" if any(x.alive for x in mine)
+                   else f"every node of {m} was lost")
+            record(n, k, {**base_row(c.to_dict()), "status": "error", "reason": why})

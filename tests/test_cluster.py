@@ -1,0 +1,179 @@
+"""zoo bench on a real local Ray cluster (ray.cluster_utils.Cluster: simulated nodes carrying the
+custom resources ``accelerator_type:fakeA`` and ``fakeB``, standing in for two accelerator types),
+with the fake runtimes of tests/fake_runtimes.py. Marked ``ray``: they run only inside a
+loopback-only network namespace (see conftest.ray_netns), as .ci/run does."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import fake_runtimes  # noqa: F401  (registers the fakes in every process that unpickles a FakeCase)
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bench import cluster, results, sweep
+from bench.cases import Case
+from bench.results import Recorder
+from bench.timing import Policy
+from zoo.cli import app
+
+TESTS = Path(__file__).parent
+POLICY = Policy(warmup_iters=1, warmup_s=0, min_iters=3, min_s=0, max_iters=5, max_s=1).__dict__
+
+
+@dataclass
+class FakeCase(Case):
+    plugin: str = "fake_runtimes"  # the worker process imports it (bench.worker.open_case)
+
+
+def fake_cases(art: str, ref: str, batches: tuple[int, ...] = (1,)) -> list[Case]:
+    out: list[Case] = []
+    for b in batches:
+        for rt, mode in (("test-sleep", "inference"), ("test-sleep", "training"), ("test-async", "inference")):
+            out.append(FakeCase(model="m", source_format="caffe", artifact=art, runtime=rt, device="cpu",
+                                precision="fp32", layout="nchw", batch=b, mode=mode, protocol="zoo", threads=1,
+                                input_shapes={"x": [b, 2]}, output_shapes=[[b, 2]], policy=POLICY, reference=ref))
+    return out
+
+
+def write_artifact(d: Path) -> tuple[str, str]:
+    """A converted model's files as far as the cluster looks at them, and its float64 reference
+    (the fakes output zeros: verification passes with error 0)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "ir.json").write_text('{"graph": "the same on every node"}')
+    np.savez(d / "ref.npz", o0=np.zeros((1, 2)))
+    return str(d), str(d / "ref.npz")
+
+
+def fake_prepare(threads: int | None, *, root: str, batches: tuple[int, ...] = (1,)) -> list[Case]:
+    """What a node builds: its own copy of the artifact (under its node id), the cases."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    return fake_cases(*write_artifact(Path(root) / node / "m-1x2"), batches)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(ray_netns, tmp_path_factory):  # type: ignore[no-untyped-def]
+    from ray.cluster_utils import Cluster
+
+    # the nodes' workers (and their case processes) import this module and the fakes
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), *([old] if old else [])])
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"accelerator_type:fakeA": 1}})
+    c.add_node(num_cpus=1, resources={"accelerator_type:fakeB": 1})
+    try:
+        yield c
+    finally:
+        c.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def sweep_on(c, prepare, out: Path, run_id: str, *, accelerators=(), resume=False, progress=None):  # type: ignore[no-untyped-def]
+    with cluster.session(c.address) as ray:
+        nodes = cluster.select(ray, list(accelerators), False)
+        nodes = cluster.set_up(ray, nodes, prepare, threads=None, gpu=None, device="cpu", isolate=True)
+        recs = cluster.recorders(nodes, out, run_id, resume)
+        rows = cluster.run(ray, nodes, recs, isolate=True, timeout_s=60, progress=progress)
+    return nodes, recs, rows
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_cluster, tmp_path_factory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("cluster")
+    prepare = lambda threads: fake_prepare(threads, root=str(tmp / "nodes"))  # noqa: E731
+    return tmp, prepare, *sweep_on(ray_cluster, prepare, tmp / "results", "run1")
+
+
+def _view(rows):  # type: ignore[no-untyped-def]
+    return sorted((results.key(r), r["status"], r.get("verification")) for r in rows)
+
+
+@pytest.mark.ray
+def test_each_accelerator_times_the_serial_case_set_with_the_same_verification(first_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tmp, _, nodes, recs, rows = first_run
+    art, ref = write_artifact(tmp_path / "m-1x2")
+    serial = sweep.run(fake_cases(art, ref), Recorder(tmp_path / "serial.json", {}), isolate=False)
+    assert {r["status"] for r in serial} == {"ok"}  # timed and verified against the reference
+    assert sorted(recs) == ["fakea", "fakeb"]
+    for m, rec in recs.items():
+        saved = results.read(rec.path)["rows"]
+        assert _view(saved) == _view(rows[m]) == _view(serial)
+        assert rec.path == tmp / "results" / m / "run1.json"
+
+
+@pytest.mark.ray
+def test_each_node_rows_carry_its_own_environment_and_gemm_peak(first_run) -> None:  # type: ignore[no-untyped-def]
+    _, _, nodes, recs, _ = first_run
+    by_id = {n.id: n for n in nodes}
+    for m, rec in recs.items():
+        doc = results.read(rec.path)
+        for row in doc["rows"]:
+            node = by_id[row["node"]["id"]]
+            env = doc["env"]["nodes"][node.id]
+            assert node.machine == m and env == node.env
+            assert f"accelerator_type:fake{m[-1].upper()}" in env["ray_node"]["resources"]
+            assert env["gemm_peak"]["cpu"]["fp32"]["tflops"] > 0
+    assert len({n.id for n in nodes}) == 2
+
+
+@pytest.mark.ray
+def test_resume_skips_finished_cases(first_run, ray_cluster) -> None:  # type: ignore[no-untyped-def]
+    tmp, prepare, _, recs, _ = first_run
+    path = recs["fakeb"].path
+    doc = results.read(path)
+    dropped = doc["rows"].pop(1)  # as if the sweep had stopped before this case
+    results.write(path, doc)
+    _, recs2, rows = sweep_on(ray_cluster, prepare, tmp / "results", "run1", accelerators=["fakeB"], resume=True)
+    assert [results.key(r) for r in rows["fakeb"]] == [results.key(dropped)]
+    assert len(results.read(path)["rows"]) == 3
+
+
+@pytest.mark.ray
+def test_a_node_lost_mid_sweep_loses_no_finished_row(ray_cluster, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    extra = ray_cluster.add_node(num_cpus=1, resources={"accelerator_type:fakeA": 1})
+    prepare = lambda threads: fake_prepare(threads, root=str(tmp_path / "nodes"), batches=(1, 2))  # noqa: E731
+    killed: list[str] = []
+    victim = extra.node_id[:8]
+
+    def kill_when_busy(s: cluster.State) -> None:  # the extra node has finished a case and runs another
+        for label, done, running in s.nodes:
+            if victim in label and done >= 1 and running and not killed:
+                killed.append(label)
+                ray_cluster.remove_node(extra)
+
+    with caplog.at_level(logging.WARNING):
+        _, recs, rows = sweep_on(ray_cluster, prepare, tmp_path, "run2", accelerators=["fakeA"],
+                                 progress=kill_when_busy)
+    assert killed and any("lost" in r.message for r in caplog.records)
+    saved = results.read(recs["fakea"].path)["rows"]
+    assert len(saved) == 6 and {r["status"] for r in saved} == {"ok"}  # every case, once, timed
+    by_node = {r["node"]["id"][:8] for r in saved}
+    assert victim in by_node and len(by_node) == 2  # the lost node's finished rows are kept
+
+
+def test_fingerprints_that_differ_refuse_that_node() -> None:
+    nodes = [cluster.Node(str(i), 1, "fakeA", machine="fakea", fingerprints={"m-1x2": fp})
+             for i, fp in enumerate(["aaa", "aaa", "bbb"])]
+    cluster._agree(nodes)
+    assert [n.refused for n in nodes] == [set(), set(), {"m-1x2"}]
+    c = fake_cases("x/m-1x2", "")[0]
+    k = results.key(c.to_dict())
+    nodes[2].cases = {k: c}
+    assert not nodes[2].may_run(k)
+
+
+def test_cluster_without_ray_is_one_line(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when it is not installed
+    r = CliRunner().invoke(app, ["bench", "alexnet", "--cluster", "local", "--out", str(tmp_path / "r.json")])
+    assert r.exit_code == 2
+    assert "pip install -e '.[cluster]'" in r.output and "Traceback" not in r.output
+    assert not list(tmp_path.iterdir())  # nothing written
