@@ -307,19 +307,29 @@ def write_fp16(src: Path, dst: Path) -> None:
         for a in n.attribute:
             if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
                 a.i = TensorProto.FLOAT16
-    casts = []
+    casts, taken = [], {v for n in g.node for v in (*n.input, *n.output)}
+
+    def fresh(name: str) -> str:
+        half = f"{name}/fp16"
+        while half in taken:
+            half += "_"
+        taken.add(half)
+        return half
+
     for x in g.input:
-        half = f"{x.name}/fp16"
+        half = fresh(x.name)
         for n in g.node:
             n.input[:] = [half if i == x.name else i for i in n.input]
         casts.append(helper.make_node("Cast", [x.name], [half], name=f"{x.name}/to_fp16", to=TensorProto.FLOAT16))
     for y in g.output:
-        half = f"{y.name}/fp16"
+        half = fresh(y.name)
         for n in g.node:
             n.output[:] = [half if o == y.name else o for o in n.output]
             n.input[:] = [half if i == y.name else i for i in n.input]
         g.node.append(helper.make_node("Cast", [half], [y.name], name=f"{y.name}/to_fp32", to=TensorProto.FLOAT))
-    g.node[:0] = casts  # keeps the nodes in topological order
+    nodes = casts + list(g.node)  # the input casts first: topological order
+    del g.node[:]
+    g.node.extend(nodes)
     del g.value_info[:]
     del model.metadata_props[:]
     onnx.save(onnx.shape_inference.infer_shapes(model), str(dst))

@@ -1,0 +1,149 @@
+"""Idiomatic artifacts: Caffe BatchNorm + Scale (and Torch7's BN) become one standard nn.BatchNorm2d
+and one ONNX BatchNormalization (or fold into the convolution with ``fold``); ONNX parameters in their
+final shapes, inferred shapes and provenance metadata stored; the fp16 variant."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from convert.api import convert, load, reverify
+from convert.fuse import sources
+from convert.torch_emit import import_model
+from convert.verify import run_onnx, run_torch
+
+HEAD = 'input: "data" input_dim: 2 input_dim: 3 input_dim: 13 input_dim: 11\n'
+CONV = ('layer { name: "conv" type: "Convolution" bottom: "data" top: "conv" '
+        'convolution_param { num_output: 6 kernel_size: 3 bias_term: false } }\n')
+BN = 'layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" batch_norm_param { eps: 0.001 } }\n'
+SCALE = 'layer { name: "sc" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }\n'
+TAIL = ('layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }\n'
+        'layer { name: "fc" type: "InnerProduct" bottom: "conv" top: "fc" inner_product_param { num_output: 5 } }\n')
+
+
+def _net(tmp_path: Path, text: str, name: str = "net") -> Path:
+    p = tmp_path / f"{name}.prototxt"
+    p.write_text(text)
+    return p
+
+
+def _const_reshapes(m: onnx.ModelProto) -> int:
+    """Reshape/Unsqueeze nodes whose data input is an initializer."""
+    inits = {t.name for t in m.graph.initializer}
+    return sum(n.op_type in ("Reshape", "Unsqueeze") and n.input[0] in inits for n in m.graph.node)
+
+
+def test_bn_scale_is_one_standard_batchnorm(tmp_path: Path) -> None:
+    res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out")
+    assert res.ok, res.report
+    src = (res.dir / "model.py").read_text()
+    assert "nn.BatchNorm2d(6, eps=0.001)  # bn + sc" in src and "nn.Linear(" in src and "nn.Conv2d(" in src
+    assert "class " not in src.split("class Net")[0]  # no custom module classes
+    m = onnx.load(str(res.dir / "model.onnx"))
+    ops = [n.op_type for n in m.graph.node]
+    assert ops.count("BatchNormalization") == 1 and "Mul" not in ops and _const_reshapes(m) == 0
+    net = import_model(res.dir / "model.py").load()
+    assert set(net.state_dict()) >= {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}
+    # the module is what torch.fx's conv + BN folding recognises: it folds, same numbers
+    from torch.fx.experimental.optimization import fuse
+
+    folded = fuse(net)
+    assert not any(isinstance(mod, torch.nn.BatchNorm2d) for mod in folded.modules())
+    x = torch.randn(2, 3, 13, 11)
+    with torch.no_grad():
+        assert torch.allclose(net(x), folded(x), atol=1e-5)
+
+
+def test_onnx_keeps_shapes_and_metadata(tmp_path: Path) -> None:
+    res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out")
+    m = onnx.load(str(res.dir / "model.onnx"))
+    onnx.checker.check_model(m, full_check=True)
+    inferred = {v.name for v in m.graph.value_info}
+    assert {o for n in m.graph.node for o in n.output} - {o.name for o in m.graph.output} <= inferred
+    meta = {p.key: p.value for p in m.metadata_props}
+    assert meta["zoo.source"] == "net.prototxt" and meta["zoo.verification"] == "verified"
+    errors = json.loads(meta["zoo.max_rel_error"])
+    assert set(errors) >= {"onnxruntime", "pytorch"} and max(errors.values()) < 1e-4
+    import hashlib
+
+    assert meta["zoo.parameters_sha256"] == hashlib.sha256((res.dir / "model.safetensors").read_bytes()).hexdigest()
+    nodes = [(n.op_type, list(n.input)) for n in m.graph.node]
+    reverify(res.dir)  # metadata rewritten in place: one entry per key, the graph unchanged
+    again = onnx.load(str(res.dir / "model.onnx"))
+    keys = [p.key for p in again.metadata_props]
+    assert len(keys) == len(set(keys)) == len(meta)
+    assert [(n.op_type, list(n.input)) for n in again.graph.node] == nodes
+
+
+def test_lone_batchnorm_and_lone_scale(tmp_path: Path) -> None:
+    text = HEAD + CONV + BN + ('layer { name: "sc2" type: "Scale" bottom: "conv" top: "sc2" '
+                               'scale_param { axis: 2 num_axes: 1 } }\n')
+    res = convert(_net(tmp_path, text), out=tmp_path / "out")
+    assert res.ok, res.report
+    src = (res.dir / "model.py").read_text()
+    assert "nn.BatchNorm2d(6, eps=0.001, affine=False)  # bn" in src and "Affine(" in src  # not per-channel
+    assert _const_reshapes(onnx.load(str(res.dir / "model.onnx"))) == 0
+
+
+def test_bn_read_twice_is_not_fused(tmp_path: Path) -> None:
+    text = HEAD + CONV + BN.replace('top: "conv"', 'top: "bn"') + SCALE.replace(
+        'bottom: "conv" top: "conv"', 'bottom: "bn" top: "sc"') + \
+        'layer { name: "sum" type: "Eltwise" bottom: "bn" bottom: "sc" top: "sum" }\n'
+    g = load(_net(tmp_path, text)).graph
+    assert [n.op.kind for n in g.nodes] == ["conv", "batchnorm", "affine", "eltwise"]
+    assert not g.nodes[1].op.affine
+
+
+def test_fold_into_convolution(tmp_path: Path) -> None:
+    path = _net(tmp_path, HEAD + CONV + BN + SCALE + TAIL)
+    plain = convert(path, out=tmp_path / "a")
+    res = convert(path, out=tmp_path / "b", fold=True)
+    assert res.ok, res.report
+    src = (res.dir / "model.py").read_text()
+    assert "BatchNorm" not in src and "nn.Conv2d(3, 6, 3)  # conv + bn + sc" in src
+    ops = [n.op_type for n in onnx.load(str(res.dir / "model.onnx")).graph.node]
+    assert "BatchNormalization" not in ops and ops.count("Conv") == 1
+    x = {"data": np.random.default_rng(3).standard_normal((2, 3, 13, 11)).astype(np.float32)}
+    a, b = run_onnx(plain.dir / "model.onnx", x)["fc"], run_onnx(res.dir / "model.onnx", x)["fc"]
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+    g = load(path, fold=True).graph
+    assert sources(g, g.nodes[0]) == ["conv", "bn", "sc"]  # the fused node names its layers
+
+
+def test_torch7_batchnorm_maps_to_the_same_module(tmp_path: Path) -> None:
+    lua = tmp_path / "bn.lua"
+    lua.write_text("local m = nn.Sequential()\n"
+                   "m:add(nn.SpatialConvolution(3, 4, 3, 3)):add(nn.SpatialBatchNormalization(4, 1e-3))\n"
+                   "m:add(nn.ReLU()):add(nn.View(-1):setNumInputDims(3)):add(nn.Linear(4 * 5 * 5, 3))\n"
+                   "m:add(nn.BatchNormalization(3))\n"
+                   "return m\n")
+    res = convert(lua, out=tmp_path / "out", shapes={"input": (2, 3, 7, 7)})
+    assert res.ok, res.report
+    src = (res.dir / "model.py").read_text()
+    assert "nn.BatchNorm2d(4, eps=0.001)" in src and "nn.BatchNorm1d(3)" in src and "Affine(" not in src
+
+
+def test_fp16_variant(tmp_path: Path) -> None:
+    res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out", fp16=True)
+    m = onnx.load(str(res.dir / "model.fp16.onnx"))
+    assert m.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert not any(t.data_type == onnx.TensorProto.FLOAT for t in m.graph.initializer)
+    fp16 = res.report["fp16"]
+    assert fp16["status"] == "verified" and 0 < fp16["backends"]["onnxruntime"]["max_rel"] <= 2e-2
+    meta = {p.key: p.value for p in m.metadata_props}
+    assert meta["zoo.precision"] == "fp16" and meta["zoo.verification"] == "verified"
+    x = {"data": np.ones((3, 3, 13, 11), np.float32)}  # another batch size too
+    assert run_onnx(res.dir / "model.fp16.onnx", x)["fc"].shape == run_torch(res.dir / "model.py", x)["fc"].shape
+
+
+@pytest.mark.parametrize("name", ["resnet18"])
+def test_zoo_resnet_has_no_custom_modules(name: str) -> None:
+    g = load(Path("prototxt") / f"{name}.prototxt", seed=None).graph
+    kinds = [n.op.kind for n in g.nodes]
+    assert "affine" not in kinds and all(n.op.affine for n in g.nodes if n.op.kind == "batchnorm")
+    assert len(load(Path("prototxt") / f"{name}.prototxt", seed=None, fold=True).graph.nodes) < len(g.nodes)
