@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console, RenderableType
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from bench import env as benv
+from bench import interleave as interleaved
 from bench import results, sweep
 from bench.cases import PROTOCOLS, default_precisions
 from convert.errors import ConvertError
 from convert.naming import printable
 
-from . import benchmark
+from . import benchmark, tables
 
 MODES = ("inference", "training", "both")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -51,7 +54,9 @@ def check_request(*, gpu: int | None, runtimes: list[str], precisions: list[str]
 
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise ConvertError(f"--gpu {gpu}: CUDA is not available (torch {torch.__version__} is {build})")
+        fix = ("; for a CUDA build: pip install torch --index-url https://download.pytorch.org/whl/cu128 "
+               "(cu126, cu129...: the CUDA your driver supports)") if torch.version.cuda is None else ""
+        raise ConvertError(f"--gpu {gpu}: CUDA is not available (torch {torch.__version__} is {build}){fix}")
     if not 0 <= gpu < torch.cuda.device_count():
         raise ConvertError(f"--gpu {gpu}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return f"cuda:{gpu}"
@@ -61,8 +66,10 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
               runtimes: list[str], precisions: list[str], layouts: list[str], batches: list[int],
               mode: str, protocol: str, layers: bool, out_file: Path | None, resume: bool,
               dry_run: bool, budget: float | None, quick: bool, threads: int | None, isolate: bool,
-              timeout: float, seed: int) -> None:
-    device = check_request(gpu=gpu, runtimes=runtimes, precisions=precisions, layouts=layouts,
+              timeout: float, seed: int, keep: bool = False, cluster: str | None = None,
+              accelerators: list[str] | None = None, all_accelerators: bool = False, interleave: bool = True,
+              baseline: str | None = None, rounds: int | None = None) -> None:
+    device = check_request(gpu=None if cluster else gpu, runtimes=runtimes, precisions=precisions, layouts=layouts,
                            batches=batches, mode=mode, protocol=protocol, threads=threads)
     if layers and protocol == "zoo":
         protocol = "convnet-benchmarks"  # the layer-wise set is that project's
@@ -74,27 +81,47 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     if mode and fixed_mode and mode != fixed_mode:
         raise ConvertError(f"--mode {mode} does not apply with {what}: it times {fixed_mode}")
     mode = mode or "inference"
+    if cluster and not dry_run:  # CUDA and the threads (default: each node's cores) are the nodes' own
+        from .parallel import bench_cluster
+
+        device = "cpu" if gpu is None else f"cuda:{gpu}"
+        kw = dict(models=models, all_=all_, protocol=protocol, layers=layers, device=device, mode=mode,
+                  runtimes=runtimes or benchmark.default_runtimes(device, quick), seed=seed, quick=quick,
+                  precisions=precisions or default_precisions(device), layouts=layouts or ["nchw"],
+                  batches=batches or [1])
+        return bench_cluster(out, err, address=cluster, build_kw=kw, threads=threads, gpu=gpu, device=device,
+                             accelerators=accelerators or [], all_accelerators=all_accelerators,
+                             out_file=out_file, resume=resume, budget=budget, isolate=isolate, timeout=timeout,
+                             one_line=_one_line, table=summary_table)
     threads = threads or benv.physical_cores()
+    left_out = {} if runtimes or quick else benchmark.left_out(device)
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
+    _check_interleave(runtimes, baseline, rounds)
     precisions = precisions or default_precisions(device)
     recorder = _resumed(out_file) if resume else None
     if not dry_run and not resume:
         _check_new(out_file)
-    with Progress(_NAME, BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
+    live = out.is_terminal and err.is_terminal  # else a log (CI, nohup, a pipe): plain lines instead
+    lines = _Lines(out)
+    with Progress(_NAME, BarColumn(), _Count(), TimeElapsedColumn(), console=err, transient=True,
+                  disable=not live) as bar:
         task = bar.add_task("preparing models", total=None)
 
         def prep(i: int, n: int, name: str) -> None:
-            bar.update(task, total=n, completed=i, description=printable(f"converting/verifying {name}", 100))
+            bar.update(task, total=n, completed=i, description=printable(f"planning {name}", 100))
+            if not live:
+                lines.say(f"planning {i + 1}/{n}: {name}")
 
-        cases = benchmark.build(models, all_=all_, protocol=protocol, layers=layers, device=device,
-                                runtimes=runtimes, precisions=precisions, layouts=layouts or ["nchw"],
-                                batches=batches or [1], mode=mode, threads=threads, seed=seed,
-                                quick=quick, dry_run=dry_run, progress=prep)
+        plan = benchmark.plan(models, all_=all_, protocol=protocol, layers=layers, device=device,
+                              runtimes=runtimes, precisions=precisions, layouts=layouts or ["nchw"],
+                              batches=batches or [1], mode=mode, threads=threads, seed=seed,
+                              quick=quick, keep=keep, progress=prep)
+    cases = plan.cases
     if budget:
         cases = sweep.fit_budget(cases, budget)
     if dry_run:
         _dry_run(out, cases, device, threads)
+        _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
         return
     env = benv.capture(threads, gpu)
     path = out_file or benchmark.default_results_path(env)
@@ -103,22 +130,91 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         peaks = _peaks(err, recorder, device, precisions, threads, isolate)
     for c in cases:
         c.gemm_peak_tflops = peaks.get(c.precision)
-    with Progress(_NAME, BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(), console=err) as bar:
+    with Progress(_NAME, BarColumn(), _Count(), TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(),
+                  console=err, disable=not live) as bar:
         task = bar.add_task("timing", total=len(cases), eta="?")
 
         def progress(i: int, n: int, case: Any, row: Any, eta: float) -> None:
-            label = printable(f"{case.model} {case.runtime} {case.precision} b{case.batch} {case.mode}", 100)
-            bar.update(task, total=n, completed=i, description=label,
+            bar.update(task, total=n, completed=i, description=printable(_label(case), 100),
                        eta="?" if math.isnan(eta) else f"{eta:.0f}s")
+            if not live:
+                lines.case(i, n, case, row, eta)
 
         with _one_line():
-            rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress)
-    out.print(summary_table(rows))
+            try:  # model by model: each converted before its first case, its files removed after the last
+                if interleave and isolate:
+                    rows = interleaved.run(cases, recorder, rounds=rounds or (6 if quick else interleaved.ROUNDS),
+                                           baseline=baseline, timeout_s=timeout, progress=progress,
+                                           live=plan.live)
+                else:
+                    rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress,
+                                     live=plan.live)
+            finally:
+                plan.release()
+    out.print(summary_table(rows, out.width))
+    _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
     out.print(f"results: {benchmark.relative(path)}", highlight=False)
 
 
+def _check_interleave(runtimes: list[str], baseline: str | None, rounds: int | None) -> None:
+    if baseline is not None and baseline not in runtimes:
+        raise ConvertError(f"--baseline {baseline!r} is not one of the runtimes timed ({', '.join(runtimes)})")
+    if rounds is not None and rounds < 3:
+        raise ConvertError(f"--rounds must be at least 3 (an interval over rounds needs them), got {rounds}")
+
+
+def _not_planned(out: Console, left_out: dict[str, str], per_runtime: int) -> None:
+    """One line per default runtime left out here (every runtime would get the same cases)."""
+    for rt, why in left_out.items():
+        out.print(f"{why}: {per_runtime} {rt} cases not planned", highlight=False)
+
+
 _NAME = TextColumn("{task.description}", markup=False)  # model names are the user's text
+
+
+class _Count(ProgressColumn):
+    """'3/13', or nothing while the total is not known yet (not '0/None')."""
+
+    def render(self, task: Task) -> Text:
+        return Text("" if task.total is None else f"{task.completed:g}/{task.total:g}")
+
+
+def _label(case: Any) -> str:
+    return f"{case.model} {case.runtime} {case.device} {case.precision} b{case.batch} {case.mode}"
+
+
+class _Lines:
+    """Progress for a log (stdout not a terminal: CI, nohup, a pipe), where a live bar shows nothing:
+    one plain line per finished case (and per model started), with the elapsed time and the estimate
+    of what is left."""
+
+    def __init__(self, out: Console) -> None:
+        self.out, self.t0, self.model = out, time.perf_counter(), None
+
+    def say(self, text: str, left: float = math.nan) -> None:
+        tail = f"elapsed {_dur(time.perf_counter() - self.t0)}" + ("" if math.isnan(left) else
+                                                                   f", about {_dur(left)} left")
+        self.out.print(f"{printable(text, 300)} ({tail})", soft_wrap=True, highlight=False)
+        self.out.file.flush()
+
+    def case(self, i: int, n: int, case: Any, row: dict[str, Any] | None, eta: float) -> None:
+        if row is None:  # about to start: say so when a model begins (its conversion may take minutes)
+            if case.model != self.model:
+                self.model = case.model
+                self.say(f"{case.model}: converting and verifying (unless done before), then timing")
+            return
+        if row["status"] == "ok":
+            parts = [f"{p} {tables.short_ms(row[p]['median_ms'])}" for p in ("forward", "backward") if row.get(p)]
+            outcome = ", ".join(parts) + " (median), ok"
+        else:
+            outcome = f"{row['status']}: {row.get('reason', '')}"
+        self.say(f"[{i}/{n}] {_label(case)}: {printable(outcome, 160)}", eta)
+
+
+def _dur(s: float) -> str:
+    """'42s', '3m05s', '1h02m'."""
+    s = round(s)
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 @contextmanager
@@ -190,7 +286,8 @@ def _ms(stats: dict[str, Any] | None) -> str:
     return f"{med:.{digits}f} ± {iqr:.{digits}f}"
 
 
-def summary_table(rows: list[dict[str, Any]]) -> Table:
+def summary_table(rows: list[dict[str, Any]], width: int | None = None) -> RenderableType:
+    """The full table; with ``width``, a compact one where the full one would not fit (zoo/tables.py)."""
     table = Table("model", "runtime", "device", "prec", "batch", "mode", "status", "forward ms",
                   "backward ms", "img/s", "max rel err", title="median ± IQR")
     for r in rows:
@@ -200,4 +297,4 @@ def summary_table(rows: list[dict[str, Any]]) -> Table:
                       _ms(r.get("forward")), _ms(r.get("backward")),
                       f"{r['images_per_s']:.1f}" if r.get("images_per_s") else "-",
                       f"{v['max_rel']:.1e}" if v.get("max_rel") is not None else "-")
-    return table
+    return table if width is None else tables.fit(table, width, lambda: tables.compact_summary(rows))

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,25 @@ QUICK_MODELS = ["alexnet", "googlenet", "resnet18"]
 
 
 def default_runtimes(device: str, quick: bool = False) -> list[str]:
-    """Every runtime, except on a CPU by default: torch.compile spends about 50 s per model
-    compiling on 2 cores (20 minutes for the zoo), so there it runs when asked
-    (--runtime torch-compile)."""
+    """Every runtime, less those ``left_out`` on this device."""
     if quick:
         return ["torch", "onnxruntime", "opencv"]
-    return [r for r in BENCH_RUNTIMES if device != "cpu" or r != "torch-compile"]
+    return [r for r in BENCH_RUNTIMES if r not in left_out(device)]
+
+
+def left_out(device: str) -> dict[str, str]:
+    """Runtimes the default set leaves out on ``device``, and why: a summary line each, not a row per case.
+    On a CPU, TensorRT cannot run, and torch.compile spends about 50 s per model compiling on 2 cores
+    (20 minutes for the zoo, for a speed close to eager's there), so it runs when asked."""
+    if device == "cpu":
+        return {"onnxruntime-trt": "TensorRT needs CUDA",
+                "torch-compile": "torch.compile takes about 50 s per model to compile on a CPU (ask: --runtime "
+                                 "torch-compile)"}
+    import onnxruntime
+
+    if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():
+        return {"onnxruntime-trt": "this ONNX Runtime has no TensorRT provider (pip install onnxruntime-gpu)"}
+    return {}
 # zoo protocol on a CPU: enough samples for a stable median at 2 cores, a 20-minute --all.
 CPU_POLICY = Policy(warmup_iters=2, warmup_s=0.2, warmup_max_s=4.0, min_iters=5, min_s=0.5,
                     max_iters=50, max_s=4.0, stable_tol=0.02)
@@ -100,9 +114,11 @@ def _fresh(art: Path, source: Path, shapes: dict[str, list[int]], seed: int) -> 
     return info if same else None
 
 
-def prepare(t: Target, shape: tuple[int, ...] | None, strip: tuple[str, ...], seed: int) -> Prepared:
+def prepare(t: Target, shape: tuple[int, ...] | None, strip: tuple[str, ...], seed: int,
+            written: list[Path] | None = None) -> Prepared:
     """Convert (or reuse) the artifact of ``t`` at input ``shape`` (batch 1 unless the graph needs
-    its real batch), verified; convnet-benchmarks variants are stripped."""
+    its real batch), verified; convnet-benchmarks variants are stripped. A folder converted now is
+    added to ``written``."""
     if shape:
         first = next(iter(load(t.source, None, default_shapes(t, None), seed=None, args=t.args).graph.inputs))
         shapes = {first: shape}
@@ -122,6 +138,8 @@ def prepare(t: Target, shape: tuple[int, ...] | None, strip: tuple[str, ...], se
             info = _convert(t, art, shapes, strip, seed)
         except ConvertError as e:
             return Prepared(t, art, {}, "error", f"conversion failed: {e}")
+        if written is not None:
+            written.append(art)
     if info["status"] != "verified":
         div = info["verification"].get("first_divergence") or {}
         where = f" (first divergence: layer {div.get('layer')!r})" if div else ""
@@ -200,38 +218,32 @@ def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str]
                precisions: list[str], layouts: list[str], batch: int, modes: list[str],
                threads: int, seed: int, policy: Policy, dry: bool = False) -> list[Case]:
     """One case per runtime, precision, layout and mode (``dry``: listing only, nothing computed)."""
+    common = _model_fields(p, proto, batch, seed, live=not p.status and not dry)
+    return [Case(runtime=rt, device=device, precision=prec, layout=layout, batch=batch, mode=mode,
+                 protocol=proto.name, threads=threads, policy=policy.__dict__, seed=seed,
+                 n_inputs=proto.n_inputs, grad_input=proto.grad_input, out_grad=proto.out_grad,
+                 retain_graph=proto.retain_graph, **common)
+            for rt in runtimes for prec in precisions for layout in layouts for mode in modes]
+
+
+def _model_fields(p: Prepared, proto: Protocol, batch: int, seed: int, live: bool) -> dict[str, Any]:
+    """What every case of ``p`` at ``batch`` shares: shapes, FLOPs, files (``live``: computed from the
+    converted artifact; else from the shapes alone), and the status of its conversion."""
     info = p.info
     fmt = info.get("framework") or (p.target.entry.framework if p.target.entry else "")
-    cases = []
-    if info:
-        shapes = {k: [batch, *v[1:]] for k, v in info["inputs"].items()}
-        gflops = 2 * info["macs_per_image"] / 1e9
-    else:
-        shapes, gflops = {}, None
-    live = not p.status and not dry
-    out_shapes = []
+    shapes = {k: [batch, *v[1:]] for k, v in info["inputs"].items()} if info else {}
+    gflops = 2 * info["macs_per_image"] / 1e9 if info else None
+    out_shapes, back, ref, original = [], None, None, None
     if live:
         ir = json.loads((p.art / "ir.json").read_text())
         out_shapes = [[batch, *ir["shapes"][o][1:]] for o in info["outputs"]]
-    back = None  # backward FLOPs: twice the forward, less the data gradient when it is skipped
-    if live and gflops is not None and not proto.grad_input:
-        back = 2 * gflops - 2 * data_grad_macs_per_image(p.art, ir) / 1e9
-    ref = str(reference_outputs(p, batch, seed, proto.n_inputs)) if live else None
-    original = original_files(p) if live else None
-    for rt in runtimes:
-        for prec in precisions:
-            for layout in layouts:
-                for mode in modes:
-                    cases.append(Case(
-                        model=p.target.name, source_format=fmt, artifact=str(p.art), runtime=rt,
-                        device=device, precision=prec, layout=layout, batch=batch, mode=mode,
-                        protocol=proto.name, threads=threads, input_shapes=shapes,
-                        output_shapes=out_shapes, policy=policy.__dict__, seed=seed,
-                        n_inputs=proto.n_inputs, grad_input=proto.grad_input, out_grad=proto.out_grad,
-                        retain_graph=proto.retain_graph, gflops_per_image=gflops,
-                        backward_gflops_per_image=back, reference=ref,
-                        original=original, status=p.status, reason=p.reason))
-    return cases
+        if gflops is not None and not proto.grad_input:  # twice the forward, less the skipped data gradient
+            back = 2 * gflops - 2 * data_grad_macs_per_image(p.art, ir) / 1e9
+        ref = str(reference_outputs(p, batch, seed, proto.n_inputs))
+        original = original_files(p)
+    return dict(model=p.target.name, source_format=fmt, artifact=str(p.art), input_shapes=shapes,
+                output_shapes=out_shapes, gflops_per_image=gflops, backward_gflops_per_image=back,
+                reference=ref, original=original, status=p.status, reason=p.reason)
 
 
 def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, quick: bool) -> list[Target]:
@@ -253,36 +265,96 @@ def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, qui
     raise ConvertError("name models (zoo names or files), or give --all, --quick or --layers")
 
 
-def build(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers: bool = False,
-          device: str = "cpu", runtimes: list[str], precisions: list[str], layouts: list[str],
-          batches: list[int], mode: str = "inference", threads: int = 1, seed: int = 0,
-          quick: bool = False, dry_run: bool = False,
-          progress: Any = None) -> list[Case]:
-    """All cases of a sweep (converting and verifying what is missing, unless ``dry_run``)."""
+def plan(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers: bool = False,
+         device: str = "cpu", runtimes: list[str], precisions: list[str], layouts: list[str],
+         batches: list[int], mode: str = "inference", threads: int = 1, seed: int = 0,
+         quick: bool = False, keep: bool = False, progress: Any = None) -> Plan:
+    """All cases of a sweep, planned from the models' shapes alone: nothing is converted yet."""
     proto = PROTOCOLS[protocol]
     ts = targets_for(specs, all_, proto, layers, quick)
     policy = QUICK_POLICY if quick else (CPU_POLICY if proto.name == "zoo" and device == "cpu" else proto.policy)
     modes = [proto.mode] if proto.mode else mode_list(mode)
-    cases: list[Case] = []
+    out = Plan(proto, seed, keep)
     for i, t in enumerate(ts):
         if progress:
             progress(i, len(ts), t.name)
         # a layer's input is its own (channels, size, batch 128); a model's follows the protocol
         hw = None if layers else proto.hw_of(t.name)
         bs = [LAYER_BATCH] if layers else sorted({proto.batch_of(t.name, b) for b in batches})
+        described = _describe_only(t, hw)
         for b in bs:
-            if dry_run:
-                p = _describe_only(t, hw)
-            else:
-                shape = (b, 3, hw, hw) if hw else None
-                p = prepare(t, shape, proto.strip, seed)
-                if p.info and not p.info.get("dynamic_batch") and p.info["inputs"] and \
-                        next(iter(p.info["inputs"].values()))[0] != b:
-                    p = prepare(t, (b, *next(iter(p.info["inputs"].values()))[1:]), proto.strip, seed)
-            cases += plan_cases(p, proto, device=device, runtimes=runtimes, precisions=precisions,
-                                layouts=layouts, batch=b, modes=modes, threads=threads, seed=seed,
-                                policy=policy, dry=dry_run)
-    return cases
+            out.jobs[(t.name, b)] = (t, (b, 3, hw, hw) if hw else None)
+            out.cases += plan_cases(described, proto, device=device, runtimes=runtimes, precisions=precisions,
+                                    layouts=layouts, batch=b, modes=modes, threads=threads, seed=seed,
+                                    policy=policy, dry=True)
+    return out
+
+
+def build(specs: list[str], *, dry_run: bool = False, **kw: Any) -> list[Case]:
+    """All cases of a sweep, every model converted and verified first (unless ``dry_run``)."""
+    p = plan(specs, keep=True, **kw)
+    return p.cases if dry_run else [p.live(c) for c in p.cases]
+
+
+@dataclass
+class Plan:
+    """A sweep planned model by model: ``live(case)`` converts (or takes from the cache) the case's model
+    when its first case is about to run; when the next model starts, or at ``release()``, what this run
+    wrote for the previous one is removed unless ``keep``: its converted folder, and the original files
+    OpenCV reads (seeded random caffemodel, .t7 of a Lua definition), regenerated exactly when missing.
+    A model taken from the cache stays (only a regenerated original file of it goes)."""
+
+    proto: Protocol
+    seed: int
+    keep: bool = False
+    cases: list[Case] = field(default_factory=list)
+    jobs: dict[tuple[str, int], tuple[Target, tuple[int, ...] | None]] = field(default_factory=dict)
+    _model: str = ""
+    _ready: dict[int, dict[str, Any]] = field(default_factory=dict)  # batch -> the live fields of its cases
+    _written: list[Path] = field(default_factory=list)  # this run's files of the current model
+
+    def live(self, case: Case) -> Case:
+        """``case`` with its model converted and verified (the fields a worker needs filled in)."""
+        if case.model != self._model:
+            self.release()
+            self._model = case.model
+        if case.batch not in self._ready:
+            p = self._prepare(*self.jobs[(case.model, case.batch)], case.batch)
+            self._ready[case.batch] = _model_fields(p, self.proto, case.batch, self.seed, live=not p.status)
+        c = replace(case, **self._ready[case.batch])
+        if c.runtime == "opencv" and c.original:
+            self._original(c)
+        return c
+
+    def _prepare(self, t: Target, shape: tuple[int, ...] | None, batch: int) -> Prepared:
+        p = prepare(t, shape, self.proto.strip, self.seed, self._written)
+        dims = next(iter(p.info["inputs"].values()), None) if p.info else None
+        if dims and not p.info.get("dynamic_batch") and dims[0] != batch:
+            p = prepare(t, (batch, *dims[1:]), self.proto.strip, self.seed, self._written)
+        return p
+
+    def _original(self, c: Case) -> None:
+        """The original file OpenCV reads, written again (same seed, same numbers) when it is missing."""
+        orig = c.original or {}
+        art, path = Path(c.artifact), Path(orig["source" if orig["framework"] == "torch7" else "weights"])
+        if path.parent != art or path.exists():
+            return
+        info = json.loads((art / "convert.json").read_text())
+        t = self.jobs[(c.model, c.batch)][0]
+        log.info("writing %s again for OpenCV", path)
+        self._written.append(path)
+        load(t.source, None, {k: tuple(v) for k, v in info["inputs"].items()}, info["seed"], t.args).extra(art)
+
+    def release(self) -> None:
+        """Remove what this run wrote for the current model (unless ``keep``)."""
+        if not self.keep:
+            for path in self._written:
+                if path.is_dir():
+                    if artifacts.is_model_dir(path):
+                        shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        self._model, self._ready, self._written = "", {}, []
 
 
 def _describe_only(t: Target, hw: int | None) -> Prepared:

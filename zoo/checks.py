@@ -5,7 +5,9 @@
     python -m zoo.checks t7-speed          # VGG-16-sized .t7: zoo's reader vs numpy.fromfile
     python -m zoo.checks harness           # zoo bench medians vs a hand-written loop, and repeated
     python -m zoo.checks fuzz --minutes N [--seed S]  # hostile/broken inputs to the CLI (zoo/fuzz.py)
+    python -m zoo.checks disk [--quick]    # README command 1 (zoo bench --all): peak disk, time, RSS
     python -m zoo.checks mtcnn             # real trained MTCNN nets: model.py vs OpenCV on an image pyramid
+    python -m zoo.checks list              # zoo list: wall time and peak RSS, cold and warm (zoo/checks_list.py)
 
 Results are printed and written as JSON under outputs/checks/.
 """
@@ -93,7 +95,7 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="zoo-speed-"))
     try:
         proto = CATALOGUE["vgg16"].source
-        model = frontend.load(proto, seed=0)
+        model = frontend.read(proto, seed=0)
         weights = work / "vgg16.caffemodel"
         binary.write(weights, model.layers, "VGG16")
         del model
@@ -101,7 +103,7 @@ def caffemodel_speed(repeats: int = 5) -> dict[str, Any]:
         ours, touched, theirs = [], [], []
         for _ in range(repeats):  # alternate, so that both see the same page-cache state
             t0 = time.perf_counter()
-            g = frontend.load(proto, weights).graph
+            g = frontend.read(proto, weights).graph
             ours.append(time.perf_counter() - t0)
             sum(float(w.sum(dtype=np.float64)) for w in g.weights.values())  # every value read once
             touched.append(time.perf_counter() - t0)
@@ -155,10 +157,16 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.ERROR)
     if argv[:1] == ["fuzz"]:
         return fuzz(argv[1:])
+    if argv[:1] == ["disk"]:  # README command 1's peak disk, time and memory (zoo/checks_disk.py)
+        from .checks_disk import disk
+
+        return disk(argv[1:])
     from .checks_harness import harness
+    from .checks_list import list_speed
     from .checks_mtcnn import mtcnn
 
-    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness, "mtcnn": mtcnn}
+    checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness, "mtcnn": mtcnn,
+              "list": list_speed}
     try:
         from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
 
