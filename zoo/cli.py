@@ -120,6 +120,10 @@ def convert_cmd(
     arg: list[str] = typer.Option(None, help="key=value for a Lua definition (repeatable)."),
     seed: int = typer.Option(0, help="Seed of random weights and of the verification input."),
     verify: bool = typer.Option(True, help="Check the conversion numerically (default on)."),
+    fold: bool = typer.Option(False, "--fold", help="Fold batch norms into the preceding convolution "
+                              "(model.py and model.onnx)."),
+    fp16: bool = typer.Option(False, "--fp16", help="Also write model.fp16.onnx (fp16 weights and compute, "
+                              "float32 inputs/outputs), verified with the fp16 tolerance."),
 ) -> None:
     """Convert models to PyTorch (model.py + model.safetensors) and ONNX, and verify them."""
     from .pipeline import convert_target, targets, timed
@@ -132,7 +136,7 @@ def convert_cmd(
     failed = False
     for t in ts:
         res, secs = timed(convert_target, t, out_dir, weights, _shapes(input_shape), seed, verify,
-                          _args(arg))
+                          _args(arg), fold=fold, fp16=fp16)
         info = res.report
         b = info["verification"].get("backends", {})
         cv = b.get("opencv", {})
@@ -244,10 +248,24 @@ def bench_cmd(
     quick: bool = typer.Option(False, help="A few models, few iterations (about 3 minutes on 2 cores)."),
     threads: int | None = typer.Option(None, help="Threads for every runtime (default: physical cores)."),
     isolate: bool = typer.Option(True, help="Each case in a fresh process (default)."),
+    interleave: bool = typer.Option(
+        True, help="The runtimes of one model/batch/precision/mode take turns in rounds, each in its own "
+                   "long-lived process, and get a ratio to --baseline with a 95% interval (default; "
+                   "--no-interleave: one case per process, one after the other)."),
+    baseline: str | None = typer.Option(None, help="Interleaved: the runtime the others are divided by "
+                                        "(default opencv where timed, else the first runtime)."),
+    rounds: int | None = typer.Option(None, help="Interleaved: rounds of one 0.3 s window per runtime "
+                                      "(default 12; 6 with --quick)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
     seed: int = typer.Option(0),
     keep: bool = typer.Option(False, "--keep", help="Keep each model's converted files (outputs/models, "
                               "outputs/cache) after its cases; by default what this run wrote is removed."),
+    cluster: str | None = typer.Option(
+        None, help="Run on a Ray cluster: ray://HOST:10001, auto, or local (--out DIR/RUN.json: one file per "
+                   "machine, DIR/<machine>/RUN.json)."),
+    accelerator: list[str] = typer.Option(None, help="With --cluster: the accelerator types to time on (repeatable)."),
+    all_accelerators: bool = typer.Option(False, "--all-accelerators",
+                                          help="With --cluster: every accelerator type present (no CPU-only node)."),
 ) -> None:
     """Time converted models under identical conditions across runtimes, devices and precisions."""
     from .bench_cli import run_bench
@@ -256,7 +274,8 @@ def bench_cmd(
               precisions=precision or [], layouts=layout or [], batches=batch or [], mode=mode,
               protocol=protocol, layers=layers, out_file=out_file, resume=resume, dry_run=dry_run,
               budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed,
-              keep=keep)
+              interleave=interleave, baseline=baseline, rounds=rounds,
+              keep=keep, cluster=cluster, accelerators=accelerator or [], all_accelerators=all_accelerators)
 
 
 @app.command("report")
@@ -302,6 +321,8 @@ def compare_cmd(
     from bench.report import fmt_ms
     from bench.results import ResultsError
 
+    from . import tables
+
     if threshold < 0 or noise_floor < 0:
         raise ConvertError("--threshold and --noise-floor are percentages >= 0")
     try:
@@ -327,7 +348,7 @@ def compare_cmd(
                       fmt_ms({"median_ms": ln.b_ms, "iqr_ms": ln.b_iqr}), cmp.fmt_ratio(ln),
                       f"{ln.floor * 100:.1f}%", Text(ln.verdict, style=style))
     out.print(f"A: {a}\nB: {b}", highlight=False)
-    out.print(table)
+    out.print(tables.fit(table, out.width, lambda: tables.compact_compare(c.lines, cmp.fmt_ratio)))
     out.print(cmp.summary(c), highlight=False)
     bad = c.regressions(threshold)
     if bad:

@@ -71,9 +71,9 @@ def default_shapes(t: Target, shapes: dict[str, Shape] | None) -> dict[str, Shap
 
 def convert_target(t: Target, out: Path = MODELS, weights: Path | None = None,
                    shapes: dict[str, Shape] | None = None, seed: int = 0, check: bool = True,
-                   args: dict[str, str] | None = None) -> Converted:
+                   args: dict[str, str] | None = None, fold: bool = False, fp16: bool = False) -> Converted:
     return convert(t.source, weights, out, default_shapes(t, shapes), seed, check, name=t.name,
-                   args={**t.args, **(args or {})})
+                   args={**t.args, **(args or {})}, fold=fold, fp16=fp16)
 
 
 def describe(t: Target, shapes: dict[str, Shape] | None = None) -> Graph:
