@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from convert.api import convert
-from convert.caffe.layers import LAYERS
+from convert.caffe.builder import LAYERS
 
 
 def net(body: str, shape: str = "2 3 7 9", extra_inputs: str = "") -> str:

@@ -14,8 +14,9 @@ import pytest
 from convert import isolate, reference, verify
 from convert.artifacts import write
 from convert.errors import BadModel, Unsupported
+from convert.torch7.builder import MODULES
 from convert.torch7.frontend import build, load
-from convert.torch7.modules import MODULES, torch_view
+from convert.torch7.modules import torch_view
 from convert.torch7.t7file import TorchObject
 from convert.torch7.t7file import load as load_t7
 from convert.torch7.t7write import Strided, dump

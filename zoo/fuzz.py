@@ -357,7 +357,7 @@ class Generators:
             p.write_text(grammar_net(self.rng, [], 0.0))
             try:
                 with _alarm(10):
-                    model = frontend.load(p, seed=0)
+                    model = frontend.read(p, seed=0)
                 binary.write(self.scratch / "w.caffemodel", model.layers, "net")
                 return p.read_text(), (self.scratch / "w.caffemodel").read_bytes()
             except Exception:  # an invalid random net: draw another

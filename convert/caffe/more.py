@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..ops.reduce import Reduction, Tile
-from .frontend import Builder
-from .layers import _axis, layer
+from .builder import Builder, layer
+from .layers import _axis
 from .upgrade import Layer
 
 

@@ -1,7 +1,7 @@
 """Caffe layers of Faster R-CNN / R-FCN (ROIPooling, PSROIPooling, Proposal in its C++ and Python
 forms) and of common forks (Upsample, ShuffleChannel, ReLU6, Axpy, Intel's layout layers).
 
-Imported at the end of ``layers.py``: the functions register themselves there.
+The frontend imports this file: the functions register themselves in ``builder.LAYERS``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from ..ops.act import Clip
 from ..ops.fork import Axpy, ShuffleChannel
 from ..ops.roi import Proposal, PSROIPool, ROIPool, generate_anchors
 from ..ops.shape import Resize
-from .frontend import Builder
-from .layers import layer, lrn
+from .builder import Builder, layer
+from .layers import lrn
 from .upgrade import Layer
 
 

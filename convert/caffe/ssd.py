@@ -8,8 +8,7 @@ from typing import Any
 
 from ..errors import Unsupported
 from ..ops.detect import CODES, DetectionOutput, PriorBox
-from .frontend import Builder
-from .layers import layer
+from .builder import Builder, layer
 from .upgrade import Layer
 
 

@@ -1,7 +1,7 @@
 """The older Torch7 classes: max unpooling (ENet), the 2013 demos' layers (SpatialConvolutionMap,
 SpatialSubSampling, the local contrast normalizations, nnx's SpatialClassifier) and dpnn's Inception.
 
-Registered into the same table as modules.py (which imports this file at its end). Sources:
+Registered into the same table as modules.py (``builder.MODULES``; the frontend imports both). Sources:
 torch/nn (Lua + THNN), clementfarabet/lua---nnx, Element-Research/dpnn.
 """
 
@@ -16,8 +16,8 @@ from ..ops.conv import Conv
 from ..ops.lcn import LocalNorm
 from ..ops.shape import Reshape, Transpose
 from ..ops.unpool import MaxUnpool
-from .frontend import Builder, Mod, Value
-from .modules import MODULES, _rank, _window, module
+from .builder import MODULES, Builder, Mod, Value, module
+from .modules import _rank, _window
 from .t7file import TorchObject
 
 # --- max unpooling ---------------------------------------------------------------------------
