@@ -8,6 +8,7 @@
     python -m zoo.checks disk [--quick]    # README command 1 (zoo bench --all): peak disk, time, RSS
     python -m zoo.checks mtcnn             # real trained MTCNN nets: model.py vs OpenCV on an image pyramid
     python -m zoo.checks list              # zoo list: wall time and peak RSS, cold and warm (zoo/checks_list.py)
+    python -m zoo.checks artifacts         # ONNX node counts, eager model.py vs fx-folded (zoo/checks_artifacts.py)
 
 Results are printed and written as JSON under outputs/checks/.
 """
@@ -167,6 +168,9 @@ def main(argv: list[str]) -> None:
 
     checks = {"corpus": corpus, "caffemodel-speed": caffemodel_speed, "harness": harness, "mtcnn": mtcnn,
               "list": list_speed}
+    from .checks_artifacts import artifacts
+
+    checks["artifacts"] = artifacts
     try:
         from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
 
