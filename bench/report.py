@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import machines
 from .history import read_any
 from .results import ResultsError
+from .stats import tail
 
 log = logging.getLogger(__name__)
 Row = dict[str, Any]
@@ -197,8 +199,8 @@ def case_table(rows: list[Row], multi_run: bool) -> tuple[list[str], list[list[C
     """One model's timed rows, fastest total first."""
     extra = _varying(rows, OPTIONAL)
     keys = (["run"] if multi_run else []) + ["runtime", "device", "precision"] + extra
-    head = keys + ["Forward (ms)", "Backward (ms)", "Total (ms)", "images/s", "TFLOP/s", "% of peak",
-                   "max rel err"]
+    head = keys + ["Forward (ms)", "Backward (ms)", "Total (ms)", "fwd p50/p90/p99", "images/s", "TFLOP/s",
+                   "% of peak", "max rel err"]
     body = []
     for r in sorted(rows, key=lambda r: total(r)[0]):
         t, rel = total(r), _rel(r)
@@ -206,11 +208,32 @@ def case_table(rows: list[Row], multi_run: bool) -> tuple[list[str], list[list[C
             (fmt_ms(r["forward"]), r["forward"]["median_ms"]),
             (fmt_ms(r.get("backward")), (r.get("backward") or {}).get("median_ms")),
             (fmt_ms(total_stats(r)), t[0]),
+            (tail(r["forward"]) or "-", r["forward"].get("p90_ms")),
             (fmt_noisy(r.get("images_per_s"), rel), r.get("images_per_s")),
             (fmt_noisy(r.get("achieved_tflops"), rel), r.get("achieved_tflops")),
-            (fmt_noisy(r.get("pct_of_peak"), rel), r.get("pct_of_peak")),
+            (fmt_peak(r.get("pct_of_peak"), rel), r.get("pct_of_peak")),
             (fmt_err(r.get("verification")), (r.get("verification") or {}).get("max_rel"))])
-    return _drop_empty(head, body, ("TFLOP/s", "% of peak", "max rel err"))
+    return _drop_empty(head, body, ("fwd p50/p90/p99", "TFLOP/s", "% of peak", "max rel err"))
+
+
+def fmt_peak(pct: float | None, rel: float) -> str:
+    """% of the GEMM peak; above 100 it is not a fact but a peak measured under another load."""
+    if pct is not None and pct > 100:
+        return "unreliable"
+    return fmt_noisy(pct, rel)
+
+
+def warnings(rows: list[Row]) -> list[str]:
+    """One line per case timed on a machine that was not quiet, or with a % of peak above 100."""
+    out = []
+    for r in rows:
+        case = " ".join(str(r.get(k)) for k in ("runtime", "device", "precision", "layout", "batch", "mode"))
+        if r.get("quiet") is False:
+            out.append(f"{case}: the machine was not quiet ({r.get('quiet_reason', 'no reason recorded')})")
+        if (r.get("pct_of_peak") or 0) > 100:
+            out.append(f"{case}: {r['pct_of_peak']:.0f}% of the GEMM peak: the peak was measured under another "
+                       "load, so % of peak is unreliable")
+    return out
 
 
 def _drop_empty(head: list[str], body: list[list[Cell]], names: tuple[str, ...]) -> tuple[list[str], list[list[Cell]]]:
@@ -293,11 +316,31 @@ def env_items(env: dict[str, Any]) -> list[tuple[str, str]]:
         items.append(("variables", " ".join(f"{k}={v}" for k, v in env["env_vars"].items())))
     if "tf32" in env:
         items.append(("TF32", "on" if env["tf32"] else "off"))
+    items += _details(env)
     for device, per in (env.get("gemm_peak") or {}).items():
         for precision, p in (per or {}).items():
             if isinstance(p, dict) and p.get("tflops"):
                 items.append((f"GEMM peak {device} {precision}",
                               f"{fmt_noisy(p['tflops'], 0)} TFLOP/s (n={p.get('n', '?')})"))
+    return items
+
+
+def _details(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The CPU's ISA level and math libraries, the runtimes' versions, the load at the start."""
+    items = []
+    c = env.get("cpu_details") or {}
+    if c:
+        flags = " ".join(c.get("isa_flags", []))
+        items.append(("CPU details", f"torch ISA {c.get('torch_cpu_capability')}, flags {flags}, "
+                      f"oneDNN {c.get('onednn')}, MKL {c.get('mkl')}, numpy BLAS {c.get('numpy_blas')}, "
+                      f"governor {c.get('governor')}"))
+    for name, v in (env.get("runtimes") or {}).items():
+        if isinstance(v, dict):
+            items.append((name, ", ".join(f"{k} {' '.join(x) if isinstance(x, list) else x}" for k, x in v.items())))
+    load = env.get("load_at_start")
+    if load:
+        busy = ", ".join(f"{b['name']} {b['cpu_pct']:g}%" for b in load.get("busy", []))
+        items.append(("load at start", f"load average {' '.join(map(str, load['loadavg']))}; busiest others: {busy}"))
     return items
 
 
@@ -354,6 +397,7 @@ def markdown(runs: list[Run], figure_links: dict[str, str] | None = None) -> str
     out = ["# zoo benchmark report", "", _legend(runs), "", "## Summary", "",
            "Fastest verified runtime per model and conditions.", ""]
     out += _md_table(*summary_table(rows))
+    out += machines.markdown(runs, figure_links)  # several machines: side by side (bench/machines.py)
     for model, rs in by_model(rows).items():
         out += ["", f"## {model}", ""]
         timed = [r for r in rs if r["status"] == "ok"]
@@ -362,6 +406,9 @@ def markdown(runs: list[Run], figure_links: dict[str, str] | None = None) -> str
         rest = not_timed(rs)
         if rest:
             out += ["", "Not timed or not verified:", ""] + [f"- {s}" for s in rest]
+        warned = warnings(rs)
+        if warned:
+            out += ["", "Warnings:", ""] + [f"- ⚠ {s}" for s in warned]
         link = (figure_links or {}).get(plots.timing_name(model)) if figure_links else None
         if link:
             out += ["", f"![{model}: time per call]({link})"]
@@ -459,6 +506,7 @@ def html(runs: list[Run]) -> str:
     links = "".join(f'<a href="#m-{e(m)}">{e(m)}</a>' for m in models) + '<a href="#env">environment</a>'
     parts = ["<h1>zoo benchmark report</h1>", f'<p class="meta">{e(_legend(runs))} Click a column to sort.</p>',
              f"<nav>{links}</nav>", "<h2>Summary</h2>", _html_table(*summary_table(rows))]
+    parts += machines.html(runs)
     for model, rs in models.items():
         parts.append(_html_model(model, rs, len(runs) > 1, svg.get(plots.timing_name(model))))
     for name, title in (("throughput", "Throughput against batch size"), ("roofline", "Roofline")):
@@ -479,7 +527,7 @@ def _html_model(model: str, rows: list[Row], multi: bool, svg: str | None) -> st
     timed = [r for r in rows if r["status"] == "ok"]
     if timed:
         out += [f'<p class="fixed">{e(constants(timed))}</p>', _html_table(*case_table(timed, multi))]
-    rest = not_timed(rows)
+    rest = not_timed(rows) + [f"⚠ {s}" for s in warnings(rows)]
     if rest:
         out.append('<ul class="rest">' + "".join(f"<li>{e(s)}</li>" for s in rest) + "</ul>")
     if svg:
@@ -504,7 +552,7 @@ def render(runs: list[Run], fmt: str, out: Path | None = None, plots_dir: Path |
 def _save_plots(runs: list[Run], plots_dir: Path, out: Path | None) -> dict[str, str]:
     from . import plots
 
-    figs = plots.figures(all_rows(runs), [r.doc["env"] for r in runs])
+    figs = {**plots.figures(all_rows(runs), [r.doc["env"] for r in runs]), **machines.figures(runs)}
     plots.save(figs, plots_dir)
     base = Path(out).parent if out else Path.cwd()
     return {name: os.path.relpath(Path(plots_dir) / f"{name}.png", base) for name in figs}

@@ -108,8 +108,7 @@ class OnnxRuntime(Runtime):
         return {"providers": self.sess.get_providers(), "intra_op_threads": so.intra_op_num_threads,
                 "inter_op_threads": so.inter_op_num_threads, "execution_mode": so.execution_mode.name,
                 "graph_optimization_level": so.graph_optimization_level.name,
-                "allow_spinning": so.get_session_config_entry("session.intra_op.allow_spinning")
-                if so.has_session_config_entry("session.intra_op.allow_spinning") else "default (1)"}
+                "allow_spinning": so.get_session_config_entry("session.intra_op.allow_spinning")}
 
 
 @register
