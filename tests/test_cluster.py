@@ -177,3 +177,21 @@ def test_cluster_without_ray_is_one_line(monkeypatch, tmp_path) -> None:  # type
     assert r.exit_code == 2
     assert "pip install -e '.[cluster]'" in r.output and "Traceback" not in r.output
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_report_sets_machines_side_by_side(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    art, ref = write_artifact(tmp_path / "m-1x2")
+    for m, cpu in (("fakea", "CPU One"), ("fakeb", "CPU Two")):
+        env = {"machine": m, "cpu": cpu, "threads": 1, "libraries": {"torch": "2.13.0"}}
+        sweep.run(fake_cases(art, ref), Recorder(tmp_path / "results" / m / "run1.json", env), isolate=False)
+    plots = tmp_path / "plots"
+    r = CliRunner().invoke(app, ["report", str(tmp_path / "results"), "--plots", str(plots)])
+    assert r.exit_code == 0, r.output
+    section = r.output.split("## Machines side by side", 1)[1]
+    head = next(ln for ln in section.splitlines() if ln.startswith("| model"))
+    assert head.count("fakea test-") == 2 and head.count("fakeb test-") == 2  # machine x runtime
+    assert "### fp32 · training · batch 1" in section and "F " in section and " / T " in section
+    assert "fakea vs fakeb: CPU: CPU One vs CPU Two" in section
+    assert list(plots.glob("machines-fp32-inference-*.png"))
+    single = CliRunner().invoke(app, ["report", str(tmp_path / "results" / "fakea")])
+    assert single.exit_code == 0 and "Machines side by side" not in single.output
