@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 
+from convert.isolate import PARENT_ENV
+
 ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
             "KMP_BLOCKTIME", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG",
             "TORCH_CUDNN_V8_API_ENABLED", "ORT_TENSORRT_FP16_ENABLE", "KMP_AFFINITY", "GOMP_CPU_AFFINITY")
@@ -131,15 +133,15 @@ def _proc_stat() -> tuple[int, int]:
 
 
 def _ours() -> set[int]:
-    """This process, its parent (the sweep) and the parent's other children (interleaved workers)."""
-    me = psutil.Process()
-    pids = {me.pid}
-    try:
-        parent = me.parent()
-        if parent is not None:
-            pids |= {parent.pid} | {c.pid for c in parent.children(recursive=True)}
-    except psutil.Error:
-        pass
+    """This process and its children; in a worker also the sweep that started it (named by
+    convert.isolate's PARENT_ENV) and the sweep's other workers (interleaved runtimes)."""
+    pids: set[int] = set()
+    sweep = os.environ.get(PARENT_ENV, "")
+    for pid in {os.getpid()} | ({int(sweep)} if sweep.isdigit() else set()):
+        try:
+            pids |= {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+        except psutil.Error:
+            pass
     return pids
 
 
