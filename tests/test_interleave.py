@@ -1,0 +1,125 @@
+"""Interleaved timing: runtimes taking turns in long-lived workers, ratios to a baseline with an
+interval over rounds, failures as error rows, and the sweep / CLI around it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bench import interleave
+from bench.cases import Case
+from bench.interleave import Entrant, attach, median_ci, run_group
+from bench.results import Recorder, validate
+from bench.timing import Policy
+from zoo.cli import app
+
+TESTS = Path(__file__).parent
+POLICY = Policy(warmup_iters=1, warmup_s=0, min_iters=3, min_s=0, max_iters=5, max_s=1).__dict__
+
+
+@pytest.fixture(autouse=True)
+def plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))  # the workers import the fake runtimes
+    import fake_runtimes  # noqa: F401  (and this process, for the skip checks)
+
+
+def case(runtime: str, mode: str = "inference", **kw: Any) -> dict[str, Any]:
+    return Case(model="m", source_format="caffe", artifact="", runtime=runtime, device="cpu", precision="fp32",
+                layout="nchw", batch=1, mode=mode, protocol="zoo", threads=1, input_shapes={"x": [1, 2]},
+                output_shapes=[[1, 2]], policy=POLICY, **kw).to_dict() | {"plugin": "fake_runtimes"}
+
+
+def test_ratios_with_an_interval_over_rounds_and_a_runtime_entered_twice() -> None:
+    # test-sleep: 20 ms per forward; test-async: 15 ms of queued work waited for by sync
+    rows = run_group([case("test-sleep"), case("test-async"), case("test-sleep")], labels=["a", "b", "a2"],
+                     rounds=8, window_s=0.06, timeout_s=60)
+    assert [r["status"] for r in rows] == ["unverified"] * 3  # timed; no reference to verify
+    base, other, again = (r["interleave"] for r in rows)
+    assert {base["baseline"], other["baseline"], again["baseline"]} == {"a"} and base["ratio"] == 1.0
+    assert base["order"] == ["a", "b", "a2"] and other["rounds"] == 8
+    assert len(other["round_ms"]) == len(other["round_ratios"]) == 8
+    lo, hi = other["ratio_ci"]
+    assert lo <= other["ratio"] <= hi and 0.65 < lo and hi < 0.85, other
+    lo, hi = again["ratio_ci"]  # A/A: the same runtime twice
+    assert lo <= 1.0 <= hi and hi - lo < 0.2, again
+    # the row's own statistics cover every sample of every round
+    assert rows[0]["forward"]["n"] >= 8 * 2 and rows[0]["forward"]["median_ms"] >= 20.0
+
+
+def test_training_rounds_time_the_whole_step() -> None:
+    rows = run_group([case("test-sleep", "training"), case("test-async", "training")], rounds=3, window_s=0.1,
+                     timeout_s=60)
+    assert rows[0]["backward"]["median_ms"] >= 30.0
+    assert 50.0 <= rows[0]["interleave"]["round_ms"][0] < 60.0  # 20 ms forward + 30 ms backward
+    assert 0.5 < rows[1]["interleave"]["ratio"] < 0.7  # (15 + 15) / (20 + 30)
+
+
+def test_a_crash_or_a_hang_is_an_error_row_and_the_others_go_on() -> None:
+    rows = run_group([case("test-crash"), case("test-sleep"), case("test-hang")], rounds=3, window_s=0.05,
+                     timeout_s=6)
+    assert rows[0]["status"] == "error" and "exit code 3" in rows[0]["reason"]
+    assert rows[2]["status"] == "error" and "timed out" in rows[2]["reason"]
+    assert "interleave" not in rows[0] and rows[1]["interleave"]["entrants"] == ["test-sleep"]
+
+
+def test_baseline_is_opencv_when_timed_else_as_asked_else_the_first() -> None:
+    def ents(*labels: str) -> list[Entrant]:
+        out = []
+        for k, lb in enumerate(labels):
+            e = Entrant(lb, {}, row={"status": "ok"})
+            e.round_ms = [10.0 * (k + 1), 10.0 * (k + 1) * 1.02, 10.0 * (k + 1) * 0.99]
+            out.append(e)
+        return out
+
+    es = ents("torch", "opencv", "onnxruntime")
+    attach(es, 3, 0.3, None)
+    assert [e.row["interleave"]["baseline"] for e in es] == ["opencv"] * 3
+    assert es[0].row["interleave"]["ratio"] == pytest.approx(0.5) and es[2].row["interleave"]["ratio"] == 1.5
+    es = ents("torch", "onnxruntime")
+    attach(es, 3, 0.3, "onnxruntime")
+    assert es[0].row["interleave"]["baseline"] == "onnxruntime"
+    es = ents("torch", "onnxruntime")
+    attach(es, 3, 0.3, None)
+    assert es[1].row["interleave"]["baseline"] == "torch"
+
+
+def test_median_interval_is_seeded_and_covers_the_spread() -> None:
+    rng = np.random.default_rng(1)
+    v = 1.0 + 0.05 * rng.standard_normal(12)
+    assert median_ci(v) == median_ci(v)  # fixed seed: the same interval twice
+    m, lo, hi = median_ci(v)
+    assert lo < m < hi and hi - lo < 0.1
+    m, lo, hi = median_ci([2.0] * 5)
+    assert m == lo == hi == 2.0
+
+
+def test_sweep_interleaves_groups_and_records_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    orig = Case.to_dict
+    monkeypatch.setattr(Case, "to_dict", lambda self: {**orig(self), "plugin": "fake_runtimes"})
+    plain = lambda rt, **over: Case(**{k: v for k, v in case(rt).items() if k != "plugin"} | over)  # noqa: E731
+    fixed = Policy(fixed=3).__dict__
+    cases = [plain("test-sleep"), plain("test-async"),  # a group; a fixed-count protocol's pair
+             plain("test-sleep", batch=4, policy=fixed), plain("test-async", batch=4, policy=fixed)]
+    rec = Recorder(tmp_path / "r.json", {"threads": 1})
+    seen: list[tuple[int, int]] = []
+    rows = interleave.run(cases, rec, rounds=3, window_s=0.05, timeout_s=60,
+                          progress=lambda i, n, c, row, eta: seen.append((i, n)))
+    assert len(rows) == 4 and len(validate(rec.doc)["rows"]) == 4
+    # a fixed-count protocol keeps its own counts: not interleaved
+    assert [("interleave" in r) for r in rows] == [True, True, False, False]
+    assert seen[-1] == (4, 4)
+    assert interleave.run(cases, Recorder(tmp_path / "r.json", {}, resume=True), rounds=3) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--baseline", "tensorflow"], "--baseline 'tensorflow' is not one of the runtimes"),
+    (["--rounds", "2"], "--rounds must be at least 3"),
+])
+def test_bad_interleave_options_are_exit_2(args: list[str], message: str) -> None:
+    r = CliRunner().invoke(app, ["bench", "alexnet", "--runtime", "torch", "--runtime", "opencv", "--dry-run",
+                                 *args])
+    assert r.exit_code == 2 and message in r.output, r.output
