@@ -1,6 +1,11 @@
 """Two runs side by side: rows matched by case, the ratio of medians B/A with a bootstrap interval
 from the raw samples, and a verdict that needs both the interval to exclude 1 and the change to
-exceed a noise floor. Also the environment differences that make a comparison suspect."""
+exceed a noise floor. Also the environment differences that make a comparison suspect.
+
+Where both rows were timed interleaved against the same baseline runtime (bench/interleave.py), the
+runtime's *ratio to that baseline* is compared instead of its absolute time: B's ratio over A's, its
+interval from resampling each run's rounds. Absolute times of two sweeps on a shared machine drift
+by tens of percent; ratios measured in turns do not (the baseline's own row is compared by time)."""
 
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ class Line:
     hi: float
     floor: float  # the noise floor used (relative)
     verdict: str
+    baseline: str = ""  # set when the interleaved ratios to this runtime were compared, not times
 
 
 @dataclass
@@ -107,6 +113,9 @@ def compare(doc_a: dict[str, Any], doc_b: dict[str, Any], floor: float = 0.02, n
         # the runtime reads 'torch7-nn→torch' where the two differ
         case = tuple(ra.get(k) if k != "runtime" or ra.get(k) == rb.get(k) else f"{ra.get(k)}→{rb.get(k)}"
                      for k in MATCH)
+        if (ln := _ratio_line(case, ra, rb, floor, n_boot)) is not None:
+            c.lines.append(ln)
+            continue
         for part in PARTS:
             sa, sb = ra.get(part), rb.get(part)
             if part == "backward" and not sa and not sb:
@@ -126,12 +135,39 @@ def _line(case: tuple[Any, ...], part: str, sa: dict[str, Any], sb: dict[str, An
                 verdict(r, lo, hi, f))
 
 
+def _ratio_line(case: tuple[Any, ...], ra: dict[str, Any], rb: dict[str, Any], floor: float,
+                n_boot: int) -> Line | None:
+    """B's interleaved ratio to the baseline over A's, when both runs have one to the same baseline
+    (and this runtime is not that baseline); the step time (all phases) is what was interleaved."""
+    ia, ib = ra.get("interleave") or {}, rb.get("interleave") or {}
+    base = ia.get("baseline")
+    if not base or base != ib.get("baseline") or base in (ia.get("label"), ib.get("label")):
+        return None
+    if not (ia.get("round_ratios") and ib.get("round_ratios")):
+        return None
+    r, lo, hi = ratio_ci(np.asarray(ia["round_ratios"]), np.asarray(ib["round_ratios"]), n_boot=n_boot)
+    part = "step" if ra.get("backward") else "forward"
+    return Line(case, f"{part} / {base}", ia["ratio"], ib["ratio"], _iqr(ia["round_ratios"]),
+                _iqr(ib["round_ratios"]), r, lo, hi, floor, verdict(r, lo, hi, floor), base)
+
+
+def _iqr(v: list[float]) -> float:
+    q1, q3 = np.percentile(v, [25, 75])
+    return float(q3 - q1)
+
+
 def summary(c: Comparison) -> str:
     """'geometric mean of B/A: forward 1.031, backward 1.050, all 1.040 (slower: 1, ...)'."""
-    parts = [p for p in PARTS if c.geomean(p) is not None]
+    parts = list(dict.fromkeys(ln.part for ln in c.lines))
     means = [f"{p} {c.geomean(p):.3f}" for p in parts] + ([f"all {c.geomean():.3f}"] if len(parts) > 1 else [])
     counts = ", ".join(f"{v}: {n}" for v, n in c.counts().items())
-    return f"geometric mean of B/A over {len(c.lines)} timing(s): {', '.join(means)} ({counts})"
+    text = f"geometric mean of B/A over {len(c.lines)} timing(s): {', '.join(means)} ({counts})"
+    ratios = [ln for ln in c.lines if ln.baseline]
+    if ratios:
+        bases = ", ".join(sorted({ln.baseline for ln in ratios}))
+        text += (f"; {len(ratios)} of them compare interleaved ratios to the baseline ({bases}), not times: "
+                 "A and B columns are each run's ratio")
+    return text
 
 
 def fmt_ratio(ln: Line) -> str:

@@ -191,3 +191,39 @@ def test_ratio_is_shown_with_the_precision_of_its_interval() -> None:
     ln = cmp.Line(("m", "r", "cpu", "fp32", 1, "inference"), "forward", 10, 12, 1, 1, 1.2034, 1.1871, 1.2212,
                   0.02, "slower")
     assert cmp.fmt_ratio(ln) == "1.203 [1.187, 1.221]"
+
+
+def interleaved(samples: np.ndarray, runtime: str, round_ratios: np.ndarray, baseline: str = "opencv"
+                ) -> dict[str, Any]:
+    r = row(samples, runtime=runtime)
+    r["interleave"] = {"rounds": len(round_ratios), "window_s": 0.3, "label": runtime, "baseline": baseline,
+                       "round_ratios": list(round_ratios), "ratio": float(np.median(round_ratios)),
+                       "ratio_ci": [0.0, 0.0]}
+    return r
+
+
+def test_interleaved_runs_compare_ratios_to_the_baseline_not_times() -> None:
+    rng = np.random.default_rng(3)
+    ratios = lambda m: m + 0.01 * rng.standard_normal(12)  # noqa: E731
+    a = doc(interleaved(base(), "opencv", np.ones(12)), interleaved(base() * 0.6, "onnxruntime", ratios(0.6)),
+            interleaved(base() * 0.8, "torch", ratios(0.8)))
+    # B: the whole machine 30% slower (every time), ORT's ratio the same, torch's 20% worse
+    b = doc(interleaved(base(seed=2) * 1.3, "opencv", np.ones(12)),
+            interleaved(base(seed=2) * 0.78, "onnxruntime", ratios(0.6)),
+            interleaved(base(seed=2) * 1.25, "torch", ratios(0.96)))
+    c = cmp.compare(a, b)
+    by = {ln.case[1]: ln for ln in c.lines}
+    assert by["opencv"].part == "forward" and by["opencv"].verdict == "slower"  # the baseline: by time
+    assert by["onnxruntime"].part == "forward / opencv" and by["onnxruntime"].baseline == "opencv"
+    assert by["onnxruntime"].verdict == "no significant difference"  # by time it would be 1.3x slower
+    assert by["onnxruntime"].a_ms == pytest.approx(0.6, abs=0.01)
+    assert by["torch"].verdict == "slower" and by["torch"].ratio == pytest.approx(1.2, abs=0.03)
+    assert by["torch"].lo > 1.1
+    assert "2 of them compare interleaved ratios to the baseline (opencv)" in cmp.summary(c)
+
+
+def test_ratios_to_different_baselines_compare_times() -> None:
+    a = doc(interleaved(base(), "torch", np.full(5, 0.6), baseline="opencv"))
+    b = doc(interleaved(base(), "torch", np.full(5, 0.6), baseline="onnxruntime"))
+    (ln,) = cmp.compare(a, b).lines
+    assert ln.part == "forward" and not ln.baseline
