@@ -69,5 +69,12 @@ class OpenVINO(Runtime):
 
         props = ("INFERENCE_NUM_THREADS", "NUM_STREAMS", "PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT",
                  "ENABLE_CPU_PINNING")
-        got = {p.lower(): str(self.compiled.get_property(p)) for p in props} if self.compiled else {}
+        got = {p.lower(): _text(self.compiled.get_property(p)) for p in props} if self.compiled else {}
         return {"device": "CPU", "version": ov.get_version(), **got}
+
+
+def _text(value: Any) -> str:
+    """A property as OpenVINO spells it in its config ("f32", "LATENCY")."""
+    if hasattr(value, "to_string"):
+        return str(value.to_string())
+    return str(getattr(value, "name", value))
