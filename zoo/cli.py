@@ -124,9 +124,13 @@ def convert_cmd(
                               "(model.py and model.onnx)."),
     fp16: bool = typer.Option(False, "--fp16", help="Also write model.fp16.onnx (fp16 weights and compute, "
                               "float32 inputs/outputs), verified with the fp16 tolerance."),
+    jobs: int = typer.Option(1, "--jobs", help="Convert N models at once, each in its own process."),
+    cluster: str | None = typer.Option(None, help="Convert on a Ray cluster (ray://HOST:10001, auto, local): "
+                                       "a task per model, artifacts written on the node that converted it."),
 ) -> None:
     """Convert models to PyTorch (model.py + model.safetensors) and ONNX, and verify them."""
-    from .pipeline import convert_target, targets, timed
+    from .parallel import convert_many
+    from .pipeline import targets
 
     ts = targets(models or [], all_)
     if weights and len(ts) > 1:
@@ -134,9 +138,9 @@ def convert_cmd(
     table = Table("model", "status", "params", "MACs", "PyTorch", "ONNX Runtime", "OpenCV", "seconds",
                   title="max |a-b| / max |ref| against the float64 reference")
     failed = False
-    for t in ts:
-        res, secs = timed(convert_target, t, out_dir, weights, _shapes(input_shape), seed, verify,
-                          _args(arg), fold=fold, fp16=fp16)
+    work = [((t, out_dir, weights, _shapes(input_shape), seed, verify, _args(arg)), {"fold": fold, "fp16": fp16})
+            for t in ts]
+    for t, (res, secs) in zip(ts, convert_many(work, jobs, cluster)):
         info = res.report
         b = info["verification"].get("backends", {})
         cv = b.get("opencv", {})
@@ -258,6 +262,9 @@ def bench_cmd(
                                       "(default 12; 6 with --quick)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
     seed: int = typer.Option(0),
+    input_data: Path | None = typer.Option(
+        None, "--input-data", help="A folder of real inputs: .npy arrays (C,H,W or N,C,H,W) or images (.jpg/.png, "
+        "resized and normalized as the model expects); default: seeded random inputs."),
     keep: bool = typer.Option(False, "--keep", help="Keep each model's converted files (outputs/models, "
                               "outputs/cache) after its cases; by default what this run wrote is removed."),
     cluster: str | None = typer.Option(
@@ -274,7 +281,7 @@ def bench_cmd(
               precisions=precision or [], layouts=layout or [], batches=batch or [], mode=mode,
               protocol=protocol, layers=layers, out_file=out_file, resume=resume, dry_run=dry_run,
               budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed,
-              interleave=interleave, baseline=baseline, rounds=rounds,
+              interleave=interleave, baseline=baseline, rounds=rounds, input_data=input_data,
               keep=keep, cluster=cluster, accelerators=accelerator or [], all_accelerators=all_accelerators)
 
 

@@ -76,16 +76,17 @@ def map_jobs(fn: Callable[[Any], Any], items: list[Any], *, jobs: int = 1,
         raise ConvertError(str(e)) from None
 
 
-def convert_one(job: tuple[Any, ...]) -> tuple[Any, float]:
-    """One target converted and verified (in a child): (Converted, seconds)."""
+def convert_one(job: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[Any, float]:
+    """One target converted and verified: (Converted, seconds); ``job`` is convert_target's (args, kwargs)."""
     from .pipeline import convert_target
 
     t0 = time.perf_counter()
-    res = convert_target(*job)
+    res = convert_target(*job[0], **job[1])
     return res, time.perf_counter() - t0
 
 
-def convert_many(jobs_args: list[tuple[Any, ...]], jobs: int, cluster: str | None) -> Iterator[tuple[Any, float]]:
+def convert_many(jobs_args: list[tuple[tuple[Any, ...], dict[str, Any]]], jobs: int,
+                 cluster: str | None) -> Iterator[tuple[Any, float]]:
     """(Converted, seconds) per target in order; serial in this process with one job and no cluster
     (a ConvertError then surfaces as it happens), else each in its own process."""
     if jobs == 1 and cluster is None:

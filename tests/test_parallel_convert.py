@@ -1,0 +1,111 @@
+"""zoo convert --jobs N: each model in its own process with its share of the memory budget, the
+same results as one after another."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from convert import limits
+from zoo.cli import app
+from zoo.parallel import Failed, map_jobs
+
+NET = '''input: "data" input_dim: 1 input_dim: 3 input_dim: 12 input_dim: 12
+layer {{ name: "conv" type: "Convolution" bottom: "data" top: "conv"
+  convolution_param {{ num_output: {n} kernel_size: 3 pad: 1 }} }}
+layer {{ name: "relu" type: "ReLU" bottom: "conv" top: "conv" }}
+layer {{ name: "pool" type: "Pooling" bottom: "conv" top: "pool"
+  pooling_param {{ pool: MAX kernel_size: 2 stride: 2 }} }}
+'''
+
+
+def nets(d: Path) -> list[str]:
+    d.mkdir()
+    out = []
+    for i, n in enumerate((4, 6)):
+        p = d / f"net{i}.prototxt"
+        p.write_text(NET.format(n=n))
+        out.append(str(p))
+    return out
+
+
+def _stable(text: str, tmp: Path) -> str:
+    """The printed output without the run's times and folders."""
+    text = text.replace(str(tmp), "TMP")
+    return re.sub(r"\d+\.\d(?= *│|\s*\|| *$)", "S", text, flags=re.M)
+
+
+VARYING = ("seconds", "write_seconds", "created", "peak_rss_bytes")  # differ between any two runs
+
+
+def _report(d: Path) -> dict:  # type: ignore[type-arg]
+    """convert.json without what differs between any two runs (times, memory peaks)."""
+    def strip(x):  # type: ignore[no-untyped-def]
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in VARYING}
+        return x
+
+    return strip(json.loads((d / "convert.json").read_text()))
+
+
+def test_jobs_give_the_serial_results(tmp_path: Path) -> None:
+    files = nets(tmp_path / "src")
+    runs = {}
+    for name, extra in (("serial", []), ("jobs", ["--jobs", "2"])):
+        r = CliRunner().invoke(app, ["convert", *files, "--out", str(tmp_path / name), *extra])
+        assert r.exit_code == 0, r.output
+        runs[name] = r.output.replace(str(tmp_path / name), "OUT")
+    assert _stable(runs["serial"], tmp_path).splitlines()[:3] == _stable(runs["jobs"], tmp_path).splitlines()[:3]
+    for i in range(2):
+        a, b = tmp_path / "serial" / f"net{i}", tmp_path / "jobs" / f"net{i}"
+        assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+        assert (a / "model.py").read_text() == (b / "model.py").read_text()
+        assert _report(a) == _report(b)
+
+
+def test_a_bad_model_is_one_line_as_in_the_serial_run(tmp_path: Path) -> None:
+    files = nets(tmp_path / "src")
+    bad = tmp_path / "src" / "bad.prototxt"
+    bad.write_text('input: "data" input_dim: 1 input_dim: 3 input_dim: 2 input_dim: 2\n'
+                   'layer { name: "conv" type: "Convolution" bottom: "data" top: "c" '
+                   'convolution_param { num_output: 2 kernel_size: 3 } }\n')
+    outs = []
+    for extra in ([], ["--jobs", "2"]):
+        r = CliRunner().invoke(app, ["convert", files[0], str(bad), "--out", str(tmp_path / "o"), *extra])
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        outs.append([ln for ln in r.output.splitlines() if ln.startswith("error:")])
+    assert outs[0] == outs[1] and len(outs[0]) == 1 and "layer 'conv'" in outs[0][0]
+
+
+def child_budget(_: object) -> str | None:
+    return os.environ.get(limits.ENV)
+
+
+def child_fails(_: object) -> None:
+    raise limits.ConvertError("refused in the child")
+
+
+def test_each_job_gets_its_share_of_the_memory_budget() -> None:
+    share = limits.memory_budget() // 2
+    pids = list(map_jobs(child_budget, [0, 1, 2], jobs=2))
+    assert pids == [str(share)] * 3
+    assert list(map_jobs(child_fails, [0], jobs=1)) == [Failed("refused in the child")]
+
+
+def test_jobs_must_be_positive(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["convert", *nets(tmp_path / "src"), "--jobs", "0"])
+    assert r.exit_code == 2 and "--jobs must be at least 1" in r.output
+
+
+@pytest.mark.parametrize("cmd", [["convert", "alexnet", "--cluster", "local"]])
+def test_cluster_without_ray_is_one_line(cmd: list[str], monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    r = CliRunner().invoke(app, cmd)
+    assert r.exit_code == 2 and "pip install -e '.[cluster]'" in r.output
