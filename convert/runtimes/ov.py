@@ -1,5 +1,6 @@
-"""OpenVINO on model.onnx: its CPU plugin, one stream, latency hint, the case's thread count, fp32
-arithmetic (its CPU default would be bf16 where the CPU has AMX/AVX512-BF16)."""
+"""OpenVINO on model.onnx: its CPU plugin, one stream, latency hint, the case's thread count, and the
+case's precision as its inference precision (its CPU default is bf16 where the CPU has AMX or
+AVX512-BF16: an fp32 case must say f32)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import numpy as np
 
 from .base import Runtime, register
 
+# case precision -> (OpenVINO's inference precision, the CPU capability it needs)
+PRECISION = {"fp32": ("f32", "FP32"), "fp16": ("f16", "FP16"), "bf16": ("bf16", "BF16")}
+
 
 @register
 class OpenVINO(Runtime):
@@ -17,15 +21,16 @@ class OpenVINO(Runtime):
 
     def skip_reason(self, case: dict[str, Any]) -> str | None:
         try:
-            import openvino  # noqa: F401
+            import openvino as ov
         except ImportError:
             return "openvino is not installed (pip install openvino)"
         if reason := super().skip_reason(case):
             return reason
         if case["device"] != "cpu":  # its GPU plugin drives Intel GPUs (OpenCL), not CUDA devices
             return "OpenVINO's GPU plugin runs on Intel GPUs only"
-        if case["precision"] != "fp32":
-            return "zoo runs OpenVINO's CPU plugin in fp32 only"
+        hint, capability = PRECISION[case["precision"]]
+        if capability not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            return f"OpenVINO's CPU plugin has no {hint} inference on this CPU"
         if case["layout"] != "nchw":
             return "OpenVINO chooses its own layout"
         return None
@@ -37,7 +42,7 @@ class OpenVINO(Runtime):
         # no pinning to cores: a pinned thread waits for its busy core (LeNet on 2 busy cores: 3.8 ms
         # pinned, 0.17 ms not)
         self.config = {"INFERENCE_NUM_THREADS": int(case["threads"]), "NUM_STREAMS": 1, "ENABLE_CPU_PINNING": False,
-                       "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+                       "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": PRECISION[case["precision"]][0]}
         self.model = self.core.read_model(str(Path(case["artifact"]) / "model.onnx"))
         self.compiled: Any = None
         self.shapes: dict[str, tuple[int, ...]] = {}
