@@ -227,6 +227,27 @@ def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | No
             "ratio": r, "ratio_ci": [lo, hi]}
 
 
+def describe(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per interleaved group: each runtime's speed against the baseline, 95% intervals."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("interleave"):
+            groups.setdefault((*(r.get(k) for k in KEY if k != "runtime"), r["interleave"]["baseline"]), []).append(r)
+    out = []
+    for (model, device, precision, _, batch, mode, _, base), rs in groups.items():
+        i = rs[0]["interleave"]
+        speeds = [f"{r['interleave']['label']} {speed(r['interleave'])}" for r in rs
+                  if r["interleave"]["label"] != base]
+        out.append(f"{model} {device} {precision} b{batch} {mode}, in turns ({i['rounds']} rounds of "
+                   f"{i['window_s']:g} s), speed against {base} [95% interval]: {', '.join(speeds) or '-'}")
+    return out
+
+
+def speed(i: dict[str, Any]) -> str:
+    lo, hi = i["ratio_ci"]
+    return f"{1 / i['ratio']:.2f}× [{1 / hi:.2f}, {1 / lo:.2f}]"
+
+
 # ---- a sweep ------------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import machines
 from .history import read_any
+from .interleave import median_ci, speed
 from .results import ResultsError
 from .stats import tail
 
@@ -200,7 +201,7 @@ def case_table(rows: list[Row], multi_run: bool) -> tuple[list[str], list[list[C
     extra = _varying(rows, OPTIONAL)
     keys = (["run"] if multi_run else []) + ["runtime", "device", "precision"] + extra
     head = keys + ["Forward (ms)", "Backward (ms)", "Total (ms)", "fwd p50/p90/p99", "images/s", "TFLOP/s",
-                   "% of peak", "max rel err"]
+                   "% of peak", "× baseline (interleaved)", "max rel err"]
     body = []
     for r in sorted(rows, key=lambda r: total(r)[0]):
         t, rel = total(r), _rel(r)
@@ -212,8 +213,19 @@ def case_table(rows: list[Row], multi_run: bool) -> tuple[list[str], list[list[C
             (fmt_noisy(r.get("images_per_s"), rel), r.get("images_per_s")),
             (fmt_noisy(r.get("achieved_tflops"), rel), r.get("achieved_tflops")),
             (fmt_peak(r.get("pct_of_peak"), rel), r.get("pct_of_peak")),
+            fmt_interleaved(r),
             (fmt_err(r.get("verification")), (r.get("verification") or {}).get("max_rel"))])
-    return _drop_empty(head, body, ("fwd p50/p90/p99", "TFLOP/s", "% of peak", "max rel err"))
+    return _drop_empty(head, body, ("fwd p50/p90/p99", "TFLOP/s", "% of peak", "× baseline (interleaved)",
+                                    "max rel err"))
+
+
+def fmt_interleaved(r: Row) -> Cell:
+    """Speed against the interleaved baseline: '1.61× [1.55, 1.66] opencv' (the baseline's time over
+    this runtime's, per round; the 95% interval over rounds), or '-'."""
+    i = r.get("interleave") or {}
+    if not i.get("ratio") or i.get("label") == i.get("baseline"):
+        return "-", None
+    return f"{speed(i)} {i['baseline']}", 1 / i["ratio"]
 
 
 def fmt_peak(pct: float | None, rel: float) -> str:
@@ -290,8 +302,22 @@ def _speedup(rows: list[Row], best: Row, base: tuple[str, str]) -> Cell:
     if not cands:
         return "-", None
     ref = min(cands, key=lambda r: (r.get("layout") != "nchw", total(r)[0]))  # nchw: the plain case
+    turns = _turns(ref, best)
+    if turns:  # timed in turns: the speedup per round, with its interval over rounds
+        x, lo, hi = median_ci(turns)
+        return f"{x:.2f}× [{lo:.2f}, {hi:.2f}]", x
     x = total(ref)[0] / total(best)[0]
     return fmt_noisy(x, math.hypot(_rel(ref), _rel(best))) + "×", x
+
+
+def _turns(ref: Row, best: Row) -> list[float]:
+    """ref's time over best's, round by round, when the two took turns in one interleaved group."""
+    a, b = ref.get("interleave") or {}, best.get("interleave") or {}
+    same = a.get("order") and a.get("order") == b.get("order") and ref.get("run") == best.get("run") and \
+        all(ref.get(k) == best.get(k) for k in ("model", "device", "precision", *OPTIONAL))
+    if not same or a.get("label") == b.get("label") or len(a.get("round_ms", [])) != len(b.get("round_ms", [])):
+        return []
+    return [x / y for x, y in zip(a["round_ms"], b["round_ms"])]
 
 
 def env_items(env: dict[str, Any]) -> list[tuple[str, str]]:

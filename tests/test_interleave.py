@@ -3,6 +3,7 @@ interval over rounds, failures as error rows, and the sweep / CLI around it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bench import interleave
+from bench import interleave, report
 from bench.cases import Case
-from bench.interleave import Entrant, attach, median_ci, run_group
-from bench.results import Recorder, validate
+from bench.interleave import Entrant, attach, describe, median_ci, run_group
+from bench.results import KEY, Recorder, validate
+from bench.stats import summarize
 from bench.timing import Policy
 from zoo.cli import app
 
@@ -123,3 +125,25 @@ def test_bad_interleave_options_are_exit_2(args: list[str], message: str) -> Non
     r = CliRunner().invoke(app, ["bench", "alexnet", "--runtime", "torch", "--runtime", "opencv", "--dry-run",
                                  *args])
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_report_and_summary_show_the_interleaved_speed(tmp_path: Path) -> None:
+    def entrant(runtime: str, ms: float, rounds: list[float]) -> Entrant:
+        row = {k: v for k, v in case(runtime).items() if k in KEY}
+        e = Entrant(runtime, {}, row={**row, "status": "ok", "forward": summarize([ms, ms * 1.01, ms * 0.99])})
+        e.round_ms = rounds
+        return e
+
+    ents = [entrant("opencv", 10.0, [10.0, 11.0, 10.5, 10.2]), entrant("onnxruntime", 5.0, [5.0, 5.6, 5.2, 5.1]),
+            entrant("torch", 20.0, [20.0, 22.0, 21.0, 20.4])]
+    attach(ents, 4, 0.3, None)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"schema_version": 1, "env": {"threads": 1}, "rows": [e.row for e in ents]}))
+    text = report.render(report.load_runs([path]), "md")
+    assert "× baseline (interleaved)" in text
+    ort = next(ln for ln in text.splitlines() if ln.startswith("| onnxruntime |"))
+    assert "× [" in ort and ort.count("opencv") == 1, ort  # its speed against opencv, with the interval
+    summary = next(ln for ln in text.splitlines() if ln.startswith("| m |"))
+    assert "× [" in summary, summary  # the fastest against OpenCV from the rounds, with the interval
+    (line,) = describe([e.row for e in ents])
+    assert "speed against opencv" in line and "onnxruntime 2.0" in line and "torch 0.50" in line, line

@@ -68,7 +68,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
               dry_run: bool, budget: float | None, quick: bool, threads: int | None, isolate: bool,
               timeout: float, seed: int, keep: bool = False, cluster: str | None = None,
               accelerators: list[str] | None = None, all_accelerators: bool = False, interleave: bool = True,
-              baseline: str | None = None, rounds: int | None = None) -> None:
+              baseline: str | None = None, rounds: int | None = None, input_data: Path | None = None) -> None:
     device = check_request(gpu=None if cluster else gpu, runtimes=runtimes, precisions=precisions, layouts=layouts,
                            batches=batches, mode=mode, protocol=protocol, threads=threads)
     if layers and protocol == "zoo":
@@ -81,6 +81,8 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     if mode and fixed_mode and mode != fixed_mode:
         raise ConvertError(f"--mode {mode} does not apply with {what}: it times {fixed_mode}")
     mode = mode or "inference"
+    if cluster and input_data:
+        raise ConvertError("--input-data is not available with --cluster (the nodes have their own files)")
     if cluster and not dry_run:  # CUDA and the threads (default: each node's cores) are the nodes' own
         from .parallel import bench_cluster
 
@@ -101,21 +103,21 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     recorder = _resumed(out_file) if resume else None
     if not dry_run and not resume:
         _check_new(out_file)
-    live = out.is_terminal and err.is_terminal  # else a log (CI, nohup, a pipe): plain lines instead
+    tty = out.is_terminal and err.is_terminal  # else a log (CI, nohup, a pipe): plain lines instead
     lines = _Lines(out)
     with Progress(_NAME, BarColumn(), _Count(), TimeElapsedColumn(), console=err, transient=True,
-                  disable=not live) as bar:
+                  disable=not tty) as bar:
         task = bar.add_task("preparing models", total=None)
 
         def prep(i: int, n: int, name: str) -> None:
             bar.update(task, total=n, completed=i, description=printable(f"planning {name}", 100))
-            if not live:
+            if not tty:
                 lines.say(f"planning {i + 1}/{n}: {name}")
 
         plan = benchmark.plan(models, all_=all_, protocol=protocol, layers=layers, device=device,
                               runtimes=runtimes, precisions=precisions, layouts=layouts or ["nchw"],
                               batches=batches or [1], mode=mode, threads=threads, seed=seed,
-                              quick=quick, keep=keep, progress=prep)
+                              quick=quick, keep=keep, progress=prep, input_data=input_data)
     cases = plan.cases
     if budget:
         cases = sweep.fit_budget(cases, budget)
@@ -131,27 +133,34 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     for c in cases:
         c.gemm_peak_tflops = peaks.get(c.precision)
     with Progress(_NAME, BarColumn(), _Count(), TextColumn("ETA {task.fields[eta]}"), TimeElapsedColumn(),
-                  console=err, disable=not live) as bar:
+                  console=err, disable=not tty) as bar:
         task = bar.add_task("timing", total=len(cases), eta="?")
+
+        def ready(case: Any) -> Any:  # a log hears of each model before its conversion (minutes)
+            if not tty:
+                lines.starting(case)
+            return plan.live(case)
 
         def progress(i: int, n: int, case: Any, row: Any, eta: float) -> None:
             bar.update(task, total=n, completed=i, description=printable(_label(case), 100),
                        eta="?" if math.isnan(eta) else f"{eta:.0f}s")
-            if not live:
-                lines.case(i, n, case, row, eta)
+            if not tty and row is not None:
+                lines.finished(i, n, case, row, eta)
 
         with _one_line():
             try:  # model by model: each converted before its first case, its files removed after the last
                 if interleave and isolate:
                     rows = interleaved.run(cases, recorder, rounds=rounds or (6 if quick else interleaved.ROUNDS),
                                            baseline=baseline, timeout_s=timeout, progress=progress,
-                                           live=plan.live)
+                                           live=ready)
                 else:
                     rows = sweep.run(cases, recorder, isolate=isolate, timeout_s=timeout, progress=progress,
-                                     live=plan.live)
+                                     live=ready)
             finally:
                 plan.release()
     out.print(summary_table(rows, out.width))
+    for line in interleaved.describe(rows):
+        out.print(printable(line, 400), highlight=False)
     _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
     out.print(f"results: {benchmark.relative(path)}", highlight=False)
 
@@ -197,12 +206,13 @@ class _Lines:
         self.out.print(f"{printable(text, 300)} ({tail})", soft_wrap=True, highlight=False)
         self.out.file.flush()
 
-    def case(self, i: int, n: int, case: Any, row: dict[str, Any] | None, eta: float) -> None:
-        if row is None:  # about to start: say so when a model begins (its conversion may take minutes)
-            if case.model != self.model:
-                self.model = case.model
-                self.say(f"{case.model}: converting and verifying (unless done before), then timing")
-            return
+    def starting(self, case: Any) -> None:
+        """Before a case's model is made ready: its conversion may take minutes."""
+        if case.model != self.model:
+            self.model = case.model
+            self.say(f"{case.model}: converting and verifying (unless done before)")
+
+    def finished(self, i: int, n: int, case: Any, row: dict[str, Any], eta: float) -> None:
         if row["status"] == "ok":
             parts = [f"{p} {tables.short_ms(row[p]['median_ms'])}" for p in ("forward", "backward") if row.get(p)]
             outcome = ", ".join(parts) + " (median), ok"
