@@ -17,6 +17,7 @@ from convert.runtimes import RUNTIMES, TOLERANCE, CannotRun
 
 from .cases import step_gflops
 from .env import load_record, load_snapshot
+from .inputs import load_batches
 from .results import KEY
 from .stats import summarize
 from .timing import Policy, measure
@@ -36,6 +37,7 @@ def make_grads(shapes: list[list[int]], seed: int, count: int) -> list[list[np.n
 def base_row(case: dict[str, Any]) -> dict[str, Any]:
     row = {k: case[k] for k in KEY}
     row.update(source_format=case.get("source_format"), threads={"count": case["threads"]},
+               inputs=case.get("inputs") or f"random seed {case['seed']}",
                input_shapes=case["input_shapes"], forward=None, backward=None)
     return row
 
@@ -88,7 +90,8 @@ def open_case(case: dict[str, Any]) -> tuple[Any, list[Any], list[dict[str, np.n
         rt.load(case)
         load_s = time.perf_counter() - t0
         n = case.get("n_inputs", 3)
-        inputs = make_inputs(case["input_shapes"], case["seed"], n)
+        inputs = (load_batches(case["input_data"], next(iter(case["input_shapes"]))) if case.get("input_data")
+                  else make_inputs(case["input_shapes"], case["seed"], n))
         grads = make_grads(case["output_shapes"], case["seed"], n) if case["mode"] == "training" else None
         rt.set_inputs(inputs, grads)
     except CannotRun as e:

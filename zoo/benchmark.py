@@ -16,6 +16,7 @@ import numpy as np
 
 from bench.cases import LAYER_BATCH, LAYERS, PROTOCOLS, Case, Protocol
 from bench.cases import modes as mode_list
+from bench.inputs import InputData, save_batches
 from bench.timing import Policy
 from bench.worker import make_inputs
 from convert import __version__, artifacts, reference
@@ -29,7 +30,7 @@ from .pipeline import MODELS, Target, default_shapes, resolve
 log = logging.getLogger(__name__)
 CACHE = Path("outputs/cache")
 RESULTS = Path("outputs/results")
-BENCH_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "onnxruntime-trt", "opencv"]
+BENCH_RUNTIMES = ["torch", "torch-compile", "onnxruntime", "onnxruntime-trt", "openvino", "opencv"]
 QUICK_MODELS = ["alexnet", "googlenet", "resnet18"]
 
 
@@ -50,9 +51,10 @@ def left_out(device: str) -> dict[str, str]:
                                  "torch-compile)"}
     import onnxruntime
 
+    out = {"openvino": "OpenVINO's GPU plugin runs on Intel GPUs only (its CPU plugin: without --gpu)"}
     if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():
-        return {"onnxruntime-trt": "this ONNX Runtime has no TensorRT provider (pip install onnxruntime-gpu)"}
-    return {}
+        out["onnxruntime-trt"] = "this ONNX Runtime has no TensorRT provider (pip install onnxruntime-gpu)"
+    return out
 # zoo protocol on a CPU: enough samples for a stable median at 2 cores, a 20-minute --all.
 CPU_POLICY = Policy(warmup_iters=2, warmup_s=0.2, warmup_max_s=4.0, min_iters=5, min_s=0.5,
                     max_iters=50, max_s=4.0, stable_tol=0.02)
@@ -168,15 +170,18 @@ def _convert(t: Target, art: Path, shapes: dict[str, tuple[int, ...]], strip: tu
     return artifacts.write(g, art, loaded.extra).report
 
 
-def reference_outputs(p: Prepared, batch: int, seed: int, n_inputs: int) -> Path:
+def reference_outputs(p: Prepared, batch: int, seed: int, n_inputs: int,
+                      real: tuple[str, dict[str, np.ndarray]] | None = None) -> Path:
     """Float64 outputs for the first benchmark input (its first two samples when the graph is
-    batch-independent, which is all a check needs); cached beside the artifact."""
-    path = p.art / f"bench-reference-b{batch}-s{seed}-n{n_inputs}.npz"
+    batch-independent, which is all a check needs); cached beside the artifact. ``real``: the
+    fingerprint and first batch of --input-data instead of the seeded input."""
+    tag = f"d{real[0][:16]}" if real else f"s{seed}"
+    path = p.art / f"bench-reference-b{batch}-{tag}-n{n_inputs}.npz"
     if path.exists():
         return path
     g = artifacts.load_graph(p.art)
     shapes = {k: [batch, *v[1:]] for k, v in g.inputs.items()}
-    x = make_inputs(shapes, seed, 1)[0]  # make_inputs(.., n)[0] is the same array for any n
+    x = real[1] if real else make_inputs(shapes, seed, 1)[0]  # make_inputs(.., n)[0]: the same for any n
     if p.info.get("dynamic_batch"):  # converted at batch 1: run the first samples one by one
         runs = [reference.run(g, {n: v[i:i + 1] for n, v in x.items()}) for i in range(min(batch, 2))]
         outs = {o: np.concatenate([r[o] for r in runs]) for o in g.outputs}
@@ -226,24 +231,53 @@ def plan_cases(p: Prepared, proto: Protocol, *, device: str, runtimes: list[str]
             for rt in runtimes for prec in precisions for layout in layouts for mode in modes]
 
 
-def _model_fields(p: Prepared, proto: Protocol, batch: int, seed: int, live: bool) -> dict[str, Any]:
+def _model_fields(p: Prepared, proto: Protocol, batch: int, seed: int, live: bool,
+                  data: InputData | None = None) -> dict[str, Any]:
     """What every case of ``p`` at ``batch`` shares: shapes, FLOPs, files (``live``: computed from the
     converted artifact; else from the shapes alone), and the status of its conversion."""
     info = p.info
     fmt = info.get("framework") or (p.target.entry.framework if p.target.entry else "")
     shapes = {k: [batch, *v[1:]] for k, v in info["inputs"].items()} if info else {}
     gflops = 2 * info["macs_per_image"] / 1e9 if info else None
-    out_shapes, back, ref, original = [], None, None, None
+    out_shapes, back, ref, original, real = [], None, None, None, {}
     if live:
         ir = json.loads((p.art / "ir.json").read_text())
         out_shapes = [[batch, *ir["shapes"][o][1:]] for o in info["outputs"]]
         if gflops is not None and not proto.grad_input:  # twice the forward, less the skipped data gradient
             back = 2 * gflops - 2 * data_grad_macs_per_image(p.art, ir) / 1e9
-        ref = str(reference_outputs(p, batch, seed, proto.n_inputs))
+        real = _real_inputs(p, batch, data) if data else real
+        ref = str(reference_outputs(p, batch, seed, real.get("n_inputs", proto.n_inputs), real.pop("first", None)))
         original = original_files(p)
-    return dict(model=p.target.name, source_format=fmt, artifact=str(p.art), input_shapes=shapes,
+    return dict(model=p.target.name, source_format=fmt, artifact=str(p.art), input_shapes=shapes, **real,
                 output_shapes=out_shapes, gflops_per_image=gflops, backward_gflops_per_image=back,
                 reference=ref, original=original, status=p.status, reason=p.reason)
+
+
+def _preprocess(t: Target) -> Any:
+    return t.entry.preprocess if t.entry else None
+
+
+def _real_inputs(p: Prepared, batch: int, data: InputData) -> dict[str, Any]:
+    """--input-data as this model's batches (an .npz beside the artifact, rewritten only when missing)
+    and the Case fields that point to them; "first": the fingerprint and first batch for the reference."""
+    (name, dims), = p.info["inputs"].items()
+    chw = tuple(dims[1:])
+    path = p.art / f"bench-inputs-b{batch}-{data.sha256[:16]}.npz"
+    batches = data.batches(chw, batch, _preprocess(p.target))
+    if not path.exists():
+        save_batches(path, batches)
+    return {"input_data": str(path), "inputs": data.describe(_preprocess(p.target)), "n_inputs": len(batches),
+            "first": (data.sha256, {name: batches[0]})}
+
+
+def check_input_data(data: InputData, t: Target, described: Prepared) -> None:
+    """Before anything runs: the model has one input, and every file fits it (one line, exit 2)."""
+    inputs = described.info.get("inputs") or {}
+    if len(inputs) != 1:
+        raise ConvertError(f"--input-data: {t.name} has {len(inputs)} inputs; real inputs are read for "
+                           "single-input models only")
+    (name, dims), = inputs.items()
+    data.check(name, t.name, tuple(dims[1:]))
 
 
 def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, quick: bool) -> list[Target]:
@@ -268,13 +302,15 @@ def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, qui
 def plan(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers: bool = False,
          device: str = "cpu", runtimes: list[str], precisions: list[str], layouts: list[str],
          batches: list[int], mode: str = "inference", threads: int = 1, seed: int = 0,
-         quick: bool = False, keep: bool = False, progress: Any = None) -> Plan:
-    """All cases of a sweep, planned from the models' shapes alone: nothing is converted yet."""
+         quick: bool = False, keep: bool = False, progress: Any = None, input_data: Path | None = None) -> Plan:
+    """All cases of a sweep, planned from the models' shapes alone: nothing is converted yet
+    (``input_data``: a folder of real inputs, checked against every model now)."""
     proto = PROTOCOLS[protocol]
     ts = targets_for(specs, all_, proto, layers, quick)
+    data = InputData.scan(input_data) if input_data else None
     policy = QUICK_POLICY if quick else (CPU_POLICY if proto.name == "zoo" and device == "cpu" else proto.policy)
     modes = [proto.mode] if proto.mode else mode_list(mode)
-    out = Plan(proto, seed, keep)
+    out = Plan(proto, seed, keep, data=data)
     for i, t in enumerate(ts):
         if progress:
             progress(i, len(ts), t.name)
@@ -282,6 +318,8 @@ def plan(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers:
         hw = None if layers else proto.hw_of(t.name)
         bs = [LAYER_BATCH] if layers else sorted({proto.batch_of(t.name, b) for b in batches})
         described = _describe_only(t, hw)
+        if data:
+            check_input_data(data, t, described)
         for b in bs:
             out.jobs[(t.name, b)] = (t, (b, 3, hw, hw) if hw else None)
             out.cases += plan_cases(described, proto, device=device, runtimes=runtimes, precisions=precisions,
@@ -307,6 +345,7 @@ class Plan:
     proto: Protocol
     seed: int
     keep: bool = False
+    data: InputData | None = None  # --input-data
     cases: list[Case] = field(default_factory=list)
     jobs: dict[tuple[str, int], tuple[Target, tuple[int, ...] | None]] = field(default_factory=dict)
     _model: str = ""
@@ -320,7 +359,8 @@ class Plan:
             self._model = case.model
         if case.batch not in self._ready:
             p = self._prepare(*self.jobs[(case.model, case.batch)], case.batch)
-            self._ready[case.batch] = _model_fields(p, self.proto, case.batch, self.seed, live=not p.status)
+            self._ready[case.batch] = _model_fields(p, self.proto, case.batch, self.seed, live=not p.status,
+                                                    data=self.data)
         c = replace(case, **self._ready[case.batch])
         if c.runtime == "opencv" and c.original:
             self._original(c)

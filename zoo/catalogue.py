@@ -18,6 +18,28 @@ PROTOTXT = ROOT / "prototxt"
 LUA = ROOT / "zoo" / "lua"
 
 
+@dataclass(frozen=True, slots=True)
+class Preprocess:
+    """How an image (pixels 0-255) becomes the model's input (zoo bench --input-data): channels in
+    ``order``, times ``scale``, minus ``mean``, divided by ``std`` (per channel, in ``order``)."""
+
+    order: str
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+
+    def __str__(self) -> str:
+        return (f"{self.order}, x{self.scale:g}, mean {'/'.join(f'{v:g}' for v in self.mean)}, "
+                f"std {'/'.join(f'{v:g}' for v in self.std)}")
+
+
+# Caffe's ImageNet models: BGR pixels 0-255 minus BVLC's per-channel mean (ilsvrc_2012_mean.npy
+# averaged; KaimingHe's ResNets use the same values). fb.resnet.torch (the -lua models): RGB in [0, 1],
+# the ImageNet mean and std.
+CAFFE_IMAGENET = Preprocess("BGR", 1.0, (104.0, 117.0, 123.0))
+TORCH_IMAGENET = Preprocess("RGB", 1 / 255, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -26,6 +48,7 @@ class Entry:
     convnet_batch: int | None = None  # the batch convnet-benchmarks timed it at
     args: dict[str, str] = field(default_factory=dict)  # --arg values for Lua definitions
     note: str = ""
+    preprocess: Preprocess = CAFFE_IMAGENET
 
     @property
     def framework(self) -> str:
@@ -46,8 +69,10 @@ CAFFE = [
 def _lua(name: str, hw: int = 224, convnet_batch: int | None = None, depth: int = 0) -> Entry:
     if depth:
         note = "fb.resnet.torch style" + ("; stride on the 3x3 (Caffe: on the 1x1)" if 50 <= depth <= 152 else "")
-        return Entry(f"resnet{depth}-lua", LUA / "resnet.lua", (3, hw, hw), None, {"depth": str(depth)}, note)
-    return Entry(f"{name}-lua", LUA / f"{name}.lua", (3, hw, hw), convnet_batch, {}, "convnet-benchmarks style")
+        return Entry(f"resnet{depth}-lua", LUA / "resnet.lua", (3, hw, hw), None, {"depth": str(depth)}, note,
+                     TORCH_IMAGENET)
+    return Entry(f"{name}-lua", LUA / f"{name}.lua", (3, hw, hw), convnet_batch, {}, "convnet-benchmarks style",
+                 TORCH_IMAGENET)
 
 
 LUA_ENTRIES = [_lua("alexnet-owt", 224, 128), _lua("overfeat-fast", 231, 128), _lua("vgg-a", 224, 64),
@@ -101,9 +126,10 @@ def _figures(e: Entry) -> dict[str, Any]:
     return {"params": g.param_count(), "macs": g.macs() // batch}
 
 
-def list_rows(out: Path, cache: Path = LIST_CACHE) -> list[dict[str, Any]]:
+def list_rows(out: Path, cache: Path | None = None) -> list[dict[str, Any]]:
     """name, source, input, params, macs (per image), status of every entry; figures from the cache
     where their key matches, computed (and the cache rewritten) where not."""
+    cache = cache or LIST_CACHE
     try:
         old = json.loads(cache.read_text())
     except (OSError, ValueError):
@@ -114,7 +140,8 @@ def list_rows(out: Path, cache: Path = LIST_CACHE) -> list[dict[str, Any]]:
         k = _key(e, code)
         hit = old.get(e.name)
         new[e.name] = hit if isinstance(hit, dict) and hit.get("key") == k else {"key": k, **_figures(e)}
-        rows.append({"name": e.name, "source": str(e.source.relative_to(ROOT)), "input": "x".join(map(str, e.input)),
+        source = e.source.relative_to(ROOT) if e.source.is_relative_to(ROOT) else e.source
+        rows.append({"name": e.name, "source": str(source), "input": "x".join(map(str, e.input)),
                      "params": new[e.name]["params"], "macs": new[e.name]["macs"], "status": status_of(e.name, out)})
     if new != old:
         _save(cache, new)
