@@ -44,6 +44,8 @@ def test_convert_writes_the_artifact_contract(tmp_path: Path) -> None:
             "print(tuple(net(torch.zeros(1, 3, 12, 12)).shape), net.training)")
     out = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "(1, 10) False"
+    code = (d / "model.py").read_text()
+    assert "import math" not in code or "math." in code.replace("import math", "")  # no unused import
     r = zoo("verify", str(d))
     assert r.exit_code == 0 and "verified" in r.output
 
@@ -108,6 +110,6 @@ def test_mismatch_exits_1_and_names_the_layer(tmp_path: Path, monkeypatch) -> No
 
 def test_list_and_info() -> None:
     r = zoo("list")
-    assert r.exit_code == 0 and "resnet50" in r.output and "25.56M" in r.output
+    assert r.exit_code == 0 and "resnet50" in r.output and "25.6M" in r.output and "3.86G" in r.output
     r = zoo("info", "alexnet")
-    assert r.exit_code == 0 and "60,965,224" in r.output and "0.724 G per image" in r.output
+    assert r.exit_code == 0 and "60,965,224" in r.output and "724M per image" in r.output
