@@ -109,3 +109,28 @@ def test_cluster_without_ray_is_one_line(cmd: list[str], monkeypatch) -> None:  
     monkeypatch.setitem(sys.modules, "ray", None)
     r = CliRunner().invoke(app, cmd)
     assert r.exit_code == 2 and "pip install -e '.[cluster]'" in r.output
+
+
+def child_dies(_: object) -> None:
+    os._exit(9)  # as a kill for memory would
+
+
+def test_a_killed_child_is_one_line_not_a_hang() -> None:
+    with pytest.raises(limits.ConvertError, match="its process died"):
+        list(map_jobs(child_dies, ["x"], jobs=1))
+
+
+def test_corpus_check_with_jobs(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from zoo import checks
+
+    monkeypatch.setattr(checks, "OUT", tmp_path / "checks")  # not the committed outputs/checks
+    root = tmp_path / "corpus"
+    (root / "seeds").mkdir(parents=True)
+    nets(root / "realworld")
+    (root / "seeds" / "odd.prototxt").write_text('input: "data" input_dim: 1 input_dim: 3 input_dim: 4 '
+                                                 'input_dim: 4\nlayer { name: "x" type: "NoSuchLayer" '
+                                                 'bottom: "data" top: "y" }\n')
+    res = checks.corpus(root, jobs=2)
+    assert res["counts"] == {"verified": 2, "unsupported": 1} and res["unsupported_layer_types"] == {"NoSuchLayer": 1}
+    assert [r["file"] for r in res["rows"]] == ["realworld/net0.prototxt", "realworld/net1.prototxt",
+                                                 "seeds/odd.prototxt"]

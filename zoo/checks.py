@@ -44,34 +44,23 @@ def _save(name: str, data: dict[str, Any]) -> None:
     print(f"wrote {OUT / name}.json")
 
 
-def corpus(root: Path = CORPUS) -> dict[str, Any]:
-    """Every prototxt of realworld/ and seeds/: converted and verified at batch 1, or refused."""
+def corpus(root: Path = CORPUS, jobs: int | None = None) -> dict[str, Any]:
+    """Every prototxt of realworld/ and seeds/: converted and verified at batch 1, or refused; ``jobs``
+    files at once (default: the physical cores), each in its own process (zoo/parallel.py)."""
+    import functools
+
+    import psutil
+
+    from .parallel import map_jobs
+
     files = sorted(list((root / "realworld").rglob("*.prototxt")) + list((root / "seeds").rglob("*.prototxt")))
     rows, unsupported = [], {}
-    tmp = Path(tempfile.mkdtemp(prefix="zoo-corpus-"))
-    try:
-        for f in files:
-            rel = str(f.relative_to(root))
-            t0 = time.perf_counter()
-            try:
-                g = load(f, seed=None).graph
-                shapes = {k: (1, *v[1:]) for k, v in g.inputs.items()}
-                res = convert(f, out=tmp, shapes=shapes, name="m")
-                b = res.report["verification"]["backends"]
-                row = {"file": rel, "status": res.report["status"],
-                       **{k: v.get("max_rel", v.get("status")) for k, v in b.items()}}
-            except Unsupported as e:
-                row = {"file": rel, "status": "unsupported", "message": str(e)}
-                for kind, _ in e.items:
-                    unsupported[kind] = unsupported.get(kind, 0) + 1
-            except ConvertError as e:
-                row = {"file": rel, "status": "error", "message": str(e)}
-            row["seconds"] = round(time.perf_counter() - t0, 1)
-            rows.append(row)
-            print(f"{row['status']:12s} {row['seconds']:6.1f}s {rel}", flush=True)
-            shutil.rmtree(tmp / "m", ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for row in map_jobs(functools.partial(_corpus_file, root=root), files,
+                        jobs=jobs or psutil.cpu_count(logical=False) or 1):
+        for kind in row.pop("unsupported_types", []):
+            unsupported[kind] = unsupported.get(kind, 0) + 1
+        rows.append(row)
+        print(f"{row['status']:12s} {row['seconds']:6.1f}s {row['file']}", flush=True)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -79,6 +68,28 @@ def corpus(root: Path = CORPUS) -> dict[str, Any]:
     print(json.dumps({k: result[k] for k in ("files", "counts", "unsupported_layer_types")}, indent=2))
     _save("corpus", result)
     return result
+
+
+def _corpus_file(f: Path, root: Path) -> dict[str, Any]:
+    """One corpus file converted and verified at batch 1 in a temporary folder (removed after)."""
+    rel = str(f.relative_to(root))
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="zoo-corpus-"))
+    try:
+        g = load(f, seed=None).graph
+        shapes = {k: (1, *v[1:]) for k, v in g.inputs.items()}
+        res = convert(f, out=tmp, shapes=shapes, name="m")
+        b = res.report["verification"]["backends"]
+        row = {"file": rel, "status": res.report["status"],
+               **{k: v.get("max_rel", v.get("status")) for k, v in b.items()}}
+    except Unsupported as e:
+        row = {"file": rel, "status": "unsupported", "message": str(e), "unsupported_types": [k for k, _ in e.items]}
+    except ConvertError as e:
+        row = {"file": rel, "status": "error", "message": str(e)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    return row
 
 
 def _timed(cmd: list[str]) -> float:
@@ -158,6 +169,12 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=logging.ERROR)
     if argv[:1] == ["fuzz"]:
         return fuzz(argv[1:])
+    if argv[:1] == ["gpu"]:  # the zoo on one CUDA device in under 8 minutes (zoo/checks_gpu.py)
+        from .checks_gpu import main as gpu
+
+        return gpu(argv[1:])
+    if argv[:1] == ["corpus"] and argv[1:2] == ["--jobs"] and argv[2:3] and argv[2].isdigit():
+        return corpus(jobs=int(argv[2]))  # python -m zoo.checks corpus --jobs N
     if argv[:1] == ["disk"]:  # README command 1's peak disk, time and memory (zoo/checks_disk.py)
         from .checks_disk import disk
 

@@ -11,8 +11,11 @@ import functools
 import math
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,11 +44,22 @@ def _set_budget(share: int) -> None:
 
 def _pool(fn: Callable[[Any], Any], items: list[Any], jobs: int, shares: int = 0) -> Iterator[Any]:
     """``fn(item)`` in fresh spawned processes (one per item), ``jobs`` at a time, in order; each gets
-    1/``shares`` (default: 1/``jobs``) of the memory budget."""
+    1/``shares`` (default: 1/``jobs``) of the memory budget. A child killed (out of memory, a signal)
+    is one line, not a hang."""
     share = max(limits.memory_budget() // (shares or jobs), 1)
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs, initializer=_set_budget, initargs=(share,), maxtasksperchild=1) as pool:
-        yield from pool.imap(functools.partial(_call, fn), items)
+    fresh = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # 3.10: processes are reused
+    ex = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_set_budget,
+                             initargs=(share,), **fresh)
+    try:
+        futures = [ex.submit(_call, fn, it) for it in items]
+        for it, f in zip(items, futures):
+            try:
+                yield f.result()
+            except BrokenProcessPool:
+                raise ConvertError(f"{it}: its process died (killed: out of memory?); the other jobs were "
+                                   "stopped") from None
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
 
 
 def _fresh(fn: Callable[[Any], Any], item: Any, shares: int) -> Any:
