@@ -285,3 +285,14 @@ def test_list_figures_come_from_the_cache_when_the_definition_is_unchanged(tmp_p
     monkeypatch.setattr(catalogue, "_figures", lambda e: {"params": 1, "macs": 2})
     assert catalogue.list_rows(tmp_path / "models", cache)[0]["params"] == 1
     assert json.loads(cache.read_text())["tiny"]["params"] == 1
+
+
+def test_info_on_a_narrow_terminal_folds_cells_instead_of_cutting_them(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    out = Console(file=io.StringIO(), width=50, markup=False)
+    monkeypatch.setattr(zcli, "out", out)
+    r = zoo("info", str(net(tmp_path, NET.replace('"fc1000"', '"a_rather_long_layer_name_of_fc"'))))
+    assert r.exit_code == 0, r.output
+    text = out.file.getvalue()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 50
+    first_column = "".join(ln.split("│")[1].strip() for ln in text.splitlines() if ln.startswith("│"))
+    assert "a_rather_long_layer_name_of_fc" in first_column  # whole, over several lines

@@ -105,6 +105,13 @@ def si(x: float) -> str:
     return f"{v:.{2 if abs(v) < 9.995 else 1 if abs(v) < 99.95 else 0}f}{unit}"
 
 
+def folding(table: Table) -> Table:
+    """On a narrow terminal a long cell breaks onto the next line rather than being cut with '…'."""
+    for col in table.columns:
+        col.overflow = "fold"
+    return table
+
+
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.1e}"
 
@@ -135,8 +142,8 @@ def convert_cmd(
     ts = targets(models or [], all_)
     if weights and len(ts) > 1:
         raise ConvertError("--weights applies to a single model")
-    table = Table("model", "status", "params", "MACs", "PyTorch", "ONNX Runtime", "OpenCV", "seconds",
-                  title="max |a-b| / max |ref| against the float64 reference")
+    table = folding(Table("model", "status", "params", "MACs", "PyTorch", "ONNX Runtime", "OpenCV", "seconds",
+                          title="max |a-b| / max |ref| against the float64 reference"))
     failed = False
     work = [((t, out_dir, weights, _shapes(input_shape), seed, verify, _args(arg)), {"fold": fold, "fp16": fp16})
             for t in ts]
@@ -184,7 +191,8 @@ def list_cmd(out_dir: Path = typer.Option(Path("outputs/models"), "--out")) -> N
     """The zoo: name, definition file, input size, parameters, multiply-adds, conversion status."""
     from .catalogue import list_rows  # not the pipeline: a warm `zoo list` imports no torch
 
-    table = Table("name", "source", "input", "params", "MACs", "status", caption="MACs: multiply-adds per image")
+    table = folding(Table("name", "source", "input", "params", "MACs", "status",
+                          caption="MACs: multiply-adds per image"))
     for r in list_rows(out_dir):
         table.add_row(r["name"], r["source"], r["input"], si(r["params"]), si(r["macs"]), r["status"])
     out.print(table)
@@ -219,7 +227,7 @@ def info_cmd(model: str = typer.Argument(..., help="A model file or zoo name."),
     from .pipeline import describe, layer_rows, resolve
 
     g = describe(resolve(model), _shapes(input_shape))
-    table = Table("layer", "op", "output", "params", "MACs")
+    table = folding(Table("layer", "op", "output", "params", "MACs"))
     for r in layer_rows(g):
         table.add_row(printable(r["layer"], 60), r["op"], "x".join(map(str, r["output"])),
                       f"{r['params']:,}" if r["params"] else "", f"{r['macs']:,}" if r["macs"] else "")
