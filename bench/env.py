@@ -240,7 +240,17 @@ def capture(threads: int, gpu: int | None = None) -> dict[str, Any]:
         pass
     if gpu is not None:
         env["gpu"] = gpu_info(gpu)  # asked for: a failure here is a real error
+    else:  # a CPU run on a GPU machine still says which GPUs were there (never fails without one)
+        present = _guarded("cuda", _gpus_present)
+        if present:
+            env["gpus_present"] = present
     return env
+
+
+def _gpus_present() -> list[dict[str, Any]]:
+    import torch
+
+    return [gpu_info(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
 def machine_name(env: dict[str, Any]) -> str:

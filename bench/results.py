@@ -10,12 +10,16 @@ Schema (version 1) — a row:
   model, source_format, runtime, device, precision, layout, batch, mode, protocol: the case
   status: ok | skipped | error | unverified;  reason: why (for the last three)
   verification: {max_rel, tolerance, ok} of this runtime+precision against the float64 reference
-  forward, backward: statistics {median_ms, iqr_ms, p5_ms, p95_ms, mean_ms, std_ms, cv, n,
-      samples_ms} per call (backward: null unless training)
+  forward, backward: statistics {median_ms, iqr_ms, p5_ms, p95_ms, p50_ms, p90_ms, p99_ms, mean_ms,
+      std_ms, cv, n, samples_ms} per call (backward: null unless training; p50/p90/p99 since 2026-12)
   one_time: {load_s, first_iter_ms, warmup_iters, warmup_s, steady}
   images_per_s, gflops_per_image, achieved_tflops, pct_of_peak
   memory: {host_peak_rss_bytes, gpu_allocated_bytes, gpu_reserved_bytes}
-  threads, input_shapes, seconds (wall time of the case), finished (ISO time)
+  threads: {count, env (OMP_*/MKL_*), torch_intra_op, torch_inter_op, runtime (its own settings)}
+      (an integer in files written before 2026-12); inputs: "random seed S" or "DIR (N files, sha256 ...)"
+  load: {start, end: {loadavg, busy (top other processes by CPU%), time}, steal_pct, quiet, reasons};
+      quiet (bool), quiet_reason (when not quiet); gemm_peak_tflops: {run, next_to_case}
+  input_shapes, seconds (wall time of the case), finished (ISO time)
 """
 
 from __future__ import annotations
