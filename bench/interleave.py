@@ -44,6 +44,7 @@ from .timing import Policy, settled, start, window
 from .worker import base_row, case_env, finish_row, open_case
 
 ROUNDS = 12
+QUICK_ROUNDS = 6
 WINDOW_S = 0.3
 N_BOOT = 2000
 TIMED = ("ok", "unverified")  # rows with timings
@@ -256,6 +257,15 @@ def group_key(case: Case) -> tuple[Any, ...]:
     return tuple(v for k, v in zip(KEY, key(case.to_dict())) if k != "runtime")
 
 
+def in_turns(cases: list[Case]) -> set[int]:
+    """The ids of the cases that take turns: those sharing a group with another runtime, unless
+    their protocol fixes its own count of samples (the seeds' protocols are reproduced as they were)."""
+    groups: dict[tuple[Any, ...], list[Case]] = {}
+    for c in cases:
+        groups.setdefault(group_key(c), []).append(c)
+    return {id(c) for g in groups.values() if len(g) > 1 and not Policy(**g[0].policy).fixed for c in g}
+
+
 def run(cases: list[Case], recorder: Recorder, *, rounds: int = ROUNDS, window_s: float = WINDOW_S,
         baseline: str | None = None, timeout_s: float = 900.0, progress: Progress | None = None,
         live: Callable[[Case], Case] | None = None) -> list[dict[str, Any]]:
@@ -270,7 +280,7 @@ def run(cases: list[Case], recorder: Recorder, *, rounds: int = ROUNDS, window_s
     for group in groups.values():
         group = [live(c) if live else c for c in group]
         ready = [c for c in group if skip_row(c) is None]
-        if len(ready) < 2 or Policy(**group[0].policy).fixed:
+        if not in_turns(ready):
             new = [run_one(c, timeout_s=timeout_s) for c in group]
         else:
             new = _group_rows(group, ready, rounds, window_s, baseline, timeout_s, progress, len(rows),

@@ -79,8 +79,9 @@ def gemm_peak(device: str, precision: str, threads: int, isolate: bool = True) -
 EFFICIENCY = 0.5  # of the GEMM rate, for estimates: the CPU runs measured 20-130% (batch 1 to 128)
 
 
-def estimate(case: Case, device_tflops: float) -> float:
-    """Seconds a case will take, roughly: startup plus warm-up and measurement at half the GEMM rate."""
+def estimate(case: Case, device_tflops: float, rounds: int = 0, window_s: float = 0.0) -> float:
+    """Seconds a case will take, roughly: startup plus warm-up and measurement at half the GEMM rate
+    (interleaved, ``rounds``: per round one untimed call and a window of at least one call)."""
     p = Policy(**case.policy)
     gflops = step_gflops(case.gflops_per_image or 1.0, case.backward_gflops_per_image, case.mode == "training")
     per_iter = gflops * case.batch / max(device_tflops * 1e3 * EFFICIENCY, 1e-3)
@@ -88,6 +89,8 @@ def estimate(case: Case, device_tflops: float) -> float:
         return STARTUP_S + (1 + p.dry + p.fixed * p.calls) * per_iter
     warm = max(p.warmup_s, p.warmup_iters * per_iter)
     meas = min(max(p.min_s, p.min_iters * per_iter), p.max_s)
+    if rounds:
+        meas = rounds * (max(window_s, per_iter) + per_iter)
     return STARTUP_S + warm + meas + 2 * per_iter
 
 

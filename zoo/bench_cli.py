@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     left_out = {} if runtimes or quick else benchmark.left_out(device)
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
     _check_interleave(runtimes, baseline, rounds)
+    rounds = rounds or (interleaved.QUICK_ROUNDS if quick else interleaved.ROUNDS)
     precisions = precisions or default_precisions(device)
     recorder = _resumed(out_file) if resume else None
     if not dry_run and not resume:
@@ -122,7 +124,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     if budget:
         cases = sweep.fit_budget(cases, budget)
     if dry_run:
-        _dry_run(out, cases, device, threads)
+        _dry_run(out, cases, device, threads, rounds if interleave and isolate else 0)
         _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
         return
     env = benv.capture(threads, gpu)
@@ -150,7 +152,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         with _one_line():
             try:  # model by model: each converted before its first case, its files removed after the last
                 if interleave and isolate:
-                    rows = interleaved.run(cases, recorder, rounds=rounds or (6 if quick else interleaved.ROUNDS),
+                    rows = interleaved.run(cases, recorder, rounds=rounds,
                                            baseline=baseline, timeout_s=timeout, progress=progress,
                                            live=ready)
                 else:
@@ -265,7 +267,7 @@ def _peaks(err: Console, recorder: results.Recorder, device: str, precisions: li
     return {p: v.get("tflops") for p, v in have.items()}
 
 
-def _dry_run(out: Console, cases: list[Any], device: str, threads: int) -> None:
+def _dry_run(out: Console, cases: list[Any], device: str, threads: int, rounds: int = 0) -> None:
     """The cases and an estimate from this device's fp32 GEMM rate, measured now in this process
     (a second or two), or a rough guess where that fails."""
     rate, source = (0.05 if device == "cpu" else 50.0), "guessed"  # TFLOP/s
@@ -276,16 +278,29 @@ def _dry_run(out: Console, cases: list[Any], device: str, threads: int) -> None:
             measured = None
         rate, source = (measured, "measured") if measured else (rate, source)
     table = Table("model", "runtime", "precision", "layout", "batch", "mode", "protocol", "est. s")
+    skips = {id(c): _dry_skip(c) for c in cases}
+    turns = interleaved.in_turns([c for c in cases if not skips[id(c)]]) if rounds else set()
     total = 0.0
     for c in cases:
-        est = 0.0 if c.status else sweep.estimate(c, rate)
+        est = 0.0 if skips[id(c)] else sweep.estimate(c, rate, rounds if id(c) in turns else 0, interleaved.WINDOW_S)
         total += est
         table.add_row(printable(c.model, 60), c.runtime, c.precision, c.layout, str(c.batch), c.mode, c.protocol,
-                      c.status or f"{est:.0f}")
+                      printable(f"{c.status or 'skipped'}: {skips[id(c)]}", 80) if skips[id(c)] else f"{est:.0f}")
     out.print(table)
-    out.print(f"{len(cases)} cases, about {total / 60:.1f} minutes (rough: {sweep.EFFICIENCY:.0%} of the "
-              f"{source} fp32 GEMM rate, {rate:.3g} TFLOP/s, plus {sweep.STARTUP_S:.0f} s start-up per case)",
-              highlight=False)
+    n = sum(not s for s in skips.values())
+    out.print(f"{n} cases to time{f' ({len(cases) - n} more to be skipped)' if n < len(cases) else ''}"
+              f"{f', {len(turns)} of them in turns ({rounds} rounds)' if turns else ''}, about {total / 60:.1f} "
+              f"minutes (rough: {sweep.EFFICIENCY:.0%} of the {source} fp32 GEMM rate, {rate:.3g} TFLOP/s, plus "
+              f"{sweep.STARTUP_S:.0f} s start-up per case)", highlight=False)
+
+
+def _dry_skip(case: Any) -> str | None:
+    """Why a planned case will not be timed, decided as the sweep will; the original file OpenCV
+    reads is known once the model is converted: a model has one unless its protocol strips it."""
+    if not case.status and case.original is None and not PROTOCOLS[case.protocol].strip:
+        case = replace(case, original={"framework": case.source_format})
+    row = sweep.skip_row(case)
+    return row["reason"] if row else None
 
 
 def _ms(stats: dict[str, Any] | None) -> str:
