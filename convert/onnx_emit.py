@@ -282,12 +282,13 @@ def provenance(info: dict[str, Any], params: Path, report: dict[str, Any] | None
     the one in ``info``): status and max relative error per backend."""
     report = report if report is not None else info.get("verification", {})
     errors = {k: v.get("max_rel") for k, v in report.get("backends", {}).items() if "max_rel" in v}
-    return {"zoo.version": str(info.get("zoo_version")), "zoo.source": Path(info.get("source") or "?").name,
+    props = {"zoo.version": str(info.get("zoo_version")), "zoo.source": Path(info.get("source") or "?").name,
             "zoo.source_sha256": str(info.get("source_fingerprint")),
             "zoo.weights": Path(str(info.get("weights"))).name, "zoo.parameters_sha256": sha256(params),
             "zoo.verification": str(report.get("status", "unverified")),
             "zoo.precision": str(report.get("precision", "fp32")),
-            "zoo.max_rel_error": json.dumps(errors, allow_nan=False, default=str) if errors else "{}"}
+            "zoo.max_rel_error": json.dumps({k: v if v is None or np.isfinite(v) else None for k, v in errors.items()})}
+    return {k: label(v, 1000) for k, v in props.items()}  # a file name may not be valid UTF-8
 
 
 FP32_ONLY = {("Resize", 2), ("Resize", 1)}  # inputs that stay float32 in the fp16 variant (scales, roi)
