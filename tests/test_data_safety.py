@@ -385,3 +385,20 @@ def test_a_model_moved_aside_by_a_killed_run_is_put_back(tmp_path: Path) -> None
     (aside / "convert.json").write_text('{"zoo_version": "0"}')
     isolate.clean_stale(out)
     assert (out / "small" / "convert.json").is_file() and not aside.exists()
+
+
+def test_bench_never_removes_a_folder_it_did_not_write(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Without --keep, zoo bench removes what it converted; a folder of the user's where the model would
+    go makes that model an error row and stays as it was."""
+    from zoo import benchmark
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "small.prototxt").write_text(NET)
+    mine = tmp_path / "outputs" / "cache" / "small-1x3x8x8"
+    mine.mkdir(parents=True)
+    (mine / "thesis.tex").write_text("years of work")
+    p = benchmark.plan(["small.prototxt"], runtimes=["torch"], precisions=["fp32"], layouts=["nchw"], batches=[1])
+    case = p.live(p.cases[0])
+    p.release()
+    assert case.status == "error" and "not a zoo model folder" in case.reason
+    assert (mine / "thesis.tex").read_text() == "years of work"
