@@ -96,6 +96,7 @@ class Case:
     reference: str | None = None  # .npz of the float64 reference outputs on the first input
     original: dict[str, Any] | None = None  # the original files, for OpenCV
     gemm_n: int = 0
+    concurrency: int = 1  # inference requests in flight at once (zoo bench --concurrency)
     input_data: str | None = None  # .npz of real input batches (zoo bench --input-data); else seeded random
     inputs: str = ""  # where the inputs come from, for the row ("" = random, seed given)
     status: str = ""  # set when the case must not run (e.g. failed conversion): its row says why

@@ -68,7 +68,7 @@ def match(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], any_runtim
     pairs when one side has a single row (compared with each of the other side's); the rest is
     unmatched. Returns the pairs and the MATCH tuples of the unmatched rows of A and of B."""
     keys = tuple(k for k in MATCH if not (any_runtime and k == "runtime"))
-    full = lambda r: tuple(r.get(k) for k in (*keys, "runtime", "layout", "protocol"))
+    full = lambda r: (*(r.get(k) for k in (*keys, "runtime", "layout", "protocol")), r.get("concurrency") or 1)
     short = lambda r: tuple(r.get(k) for k in keys)
     by_full = {full(r): r for r in rows_b}
     pairs, rest_a, used = [], [], set()

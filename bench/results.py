@@ -45,7 +45,9 @@ class ResultsError(Exception):
 
 
 def key(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(row.get(k) for k in KEY)
+    """The case of a row; requests in flight (--concurrency) make another case, older rows have none."""
+    n = row.get("concurrency") or 1
+    return tuple(row.get(k) for k in KEY) + ((n,) if n > 1 else ())
 
 
 def validate(doc: Any, where: str = "results") -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from .cases import Case, step_gflops
 from .results import Recorder, key
-from .timing import Policy
+from .timing import Policy, runtime
 from .worker import base_row, isolated, run_case
 
 Progress = Callable[[int, int, Case, dict[str, Any] | None, float], None]
@@ -53,7 +53,7 @@ def _skip(case: Case) -> str | None:
     from convert.runtimes import RUNTIMES
 
     rt = RUNTIMES.get(case.runtime)
-    return rt().skip_reason(case.to_dict()) if rt else None
+    return runtime(rt, case.concurrency).skip_reason(case.to_dict()) if rt else None
 
 
 def _eta(started: float, done: int, total: int) -> float:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -155,3 +157,62 @@ def settled(samples: list[float], tol: float) -> bool:
         return False
     head = np.median(samples[: n - max(1, n // 4)])
     return bool(abs(np.median(samples) - head) <= tol * head)
+
+
+# ---- concurrent requests ---------------------------------------------------------------------
+
+CONCURRENT = ("onnxruntime", "openvino")  # runtimes whose thread pool belongs to a session, not the process
+
+
+def runtime(cls: Any, requests: int = 1) -> Any:
+    """An instance of the runtime class ``cls``, or ``requests`` of them in flight at once."""
+    return cls() if requests <= 1 else Concurrent(cls, requests)
+
+
+class Concurrent:
+    """``n`` inference requests in flight (throughput mode): ``n`` instances of one runtime, each
+    its own session with ``threads // n`` threads (at least 1), driven by ``n`` Python threads;
+    one step is one request on each, all at once, so a sample times ``n`` requests. Only for
+    runtimes whose thread pool is per session (ONNX Runtime, OpenVINO): PyTorch's and OpenCV's are
+    one per process, so their instances would share it rather than run side by side."""
+
+    def __init__(self, cls: Any, n: int) -> None:
+        self.name, self.n = cls.name, n
+        self.rts = [cls() for _ in range(n)]
+        self.pool = ThreadPoolExecutor(n)
+
+    def skip_reason(self, case: dict[str, Any]) -> str | None:
+        if self.name not in CONCURRENT:
+            return (f"--concurrency runs requests side by side on runtimes with a thread pool per session "
+                    f"({', '.join(CONCURRENT)}); {self.name}'s is one per process")
+        if case["mode"] != "inference":
+            return "--concurrency times inference requests only"
+        return self.rts[0].skip_reason(case)
+
+    def load(self, case: dict[str, Any]) -> None:
+        for rt in self.rts:
+            rt.load({**case, "threads": max(1, case["threads"] // self.n)})
+
+    def set_inputs(self, inputs: list[Any], grads: Any) -> None:
+        for rt in self.rts:
+            rt.set_inputs(inputs, grads)
+
+    def forward(self, i: int) -> None:
+        for f in [self.pool.submit(rt.forward, i + k) for k, rt in enumerate(self.rts)]:
+            f.result()
+
+    def sync(self) -> None:
+        for rt in self.rts:
+            rt.sync()
+
+    def outputs(self) -> Any:
+        return self.rts[0].outputs()
+
+    def infer(self, x: Any) -> Any:
+        return self.rts[0].infer(x)
+
+    def memory(self) -> dict[str, int]:
+        return self.rts[0].memory()
+
+    def settings(self) -> dict[str, Any]:
+        return {"concurrent_requests": self.n, "sessions": self.n, "per_session": self.rts[0].settings()}

@@ -20,7 +20,7 @@ from .env import load_record, load_snapshot
 from .inputs import load_batches
 from .results import KEY
 from .stats import summarize
-from .timing import Policy, measure
+from .timing import Policy, measure, runtime
 
 
 def make_inputs(shapes: dict[str, list[int]], seed: int, count: int) -> list[dict[str, np.ndarray]]:
@@ -39,6 +39,8 @@ def base_row(case: dict[str, Any]) -> dict[str, Any]:
     row.update(source_format=case.get("source_format"), threads={"count": case["threads"]},
                inputs=case.get("inputs") or f"random seed {case['seed']}",
                input_shapes=case["input_shapes"], forward=None, backward=None)
+    if case.get("concurrency", 1) > 1:  # throughput mode: a sample times this many requests at once
+        row["concurrency"] = case["concurrency"]
     return row
 
 
@@ -81,7 +83,7 @@ def open_case(case: dict[str, Any]) -> tuple[Any, list[Any], list[dict[str, np.n
         importlib.import_module(case["plugin"])
     case["_load_start"] = load_snapshot()  # taken back by finish_row (this dict goes with the case)
     set_threads(case["threads"])
-    rt = RUNTIMES[case["runtime"]]()
+    rt = runtime(RUNTIMES[case["runtime"]], case.get("concurrency", 1))
     reason = rt.skip_reason(case)
     if reason:
         return reason
@@ -144,7 +146,8 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
     bwd = summarize(t.samples_ms[1]) if len(t.samples_ms) > 1 else None
     total_ms = fwd["median_ms"] + (bwd["median_ms"] if bwd else 0.0)
     gflops = case.get("gflops_per_image")
-    flops = step_gflops(gflops or 0, case.get("backward_gflops_per_image"), bwd is not None) * case["batch"]
+    images = case["batch"] * case.get("concurrency", 1)  # per timed step: each request in flight a batch
+    flops = step_gflops(gflops or 0, case.get("backward_gflops_per_image"), bwd is not None) * images
     achieved = flops / total_ms if gflops else None  # GFLOP per ms = TFLOP/s
     peak = near = case.get("gemm_peak_tflops")
     if achieved and peak:  # the peak again, next to the case, under the load the case saw
@@ -155,7 +158,7 @@ def _figures(case: dict[str, Any], t: Any, load_s: float, rt: Any) -> dict[str, 
             "one_time": {"load_s": round(load_s, 4), "first_iter_ms": [round(x, 3) for x in t.first_ms],
                          "warmup_iters": t.warmup_iters, "warmup_s": round(t.warmup_s, 3),
                          "steady": t.steady, "stable": t.stable},
-            "images_per_s": case["batch"] / total_ms * 1000.0,
+            "images_per_s": images / total_ms * 1000.0,
             "gflops_per_image": gflops, "achieved_tflops": achieved,
             "pct_of_peak": 100.0 * achieved / peak if achieved and peak else None,
             "gemm_peak_tflops": {"run": case.get("gemm_peak_tflops"), "next_to_case": near} if peak else None,

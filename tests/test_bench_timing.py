@@ -134,10 +134,13 @@ def test_tiny_real_difference_below_the_noise_floor() -> None:
     assert verdict(r, lo, hi, 0.02) == "no significant difference"  # ...but below the floor
 
 
-def test_throughput_figures() -> None:
+def test_throughput_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """2 GFLOP per image in 10 ms is 0.2 TFLOP/s; training counts forward + backward as 3x."""
+    from bench import worker
     from bench.timing import Timing
     from bench.worker import _figures
+
+    monkeypatch.setattr(worker, "gemm_next_to_case", lambda case: None)  # the run's peak, not one measured now
 
     class Rt:
         def memory(self) -> dict:  # type: ignore[type-arg]
@@ -153,3 +156,55 @@ def test_throughput_figures() -> None:
     fig = _figures({**case, "backward_gflops_per_image": 0.25}, Timing(samples_ms=[[10.0] * 3, [20.0] * 3]),
                    0.1, Rt())
     assert fig["achieved_tflops"] == pytest.approx(4 * 0.75 / 30)
+    # two requests in flight: a sample is two batches
+    fig = _figures({**case, "concurrency": 2}, Timing(samples_ms=[[10.0, 10.0, 10.0]]), 0.1, Rt())
+    assert fig["images_per_s"] == pytest.approx(800.0) and fig["achieved_tflops"] == pytest.approx(0.4)
+
+
+class _Session:
+    """A runtime whose thread pool is per session: each request sleeps 20 ms (the GIL released)."""
+
+    name = "onnxruntime"
+    loaded: list[int] = []
+
+    def skip_reason(self, case: dict) -> None:  # type: ignore[type-arg]
+        return None
+
+    def load(self, case: dict) -> None:  # type: ignore[type-arg]
+        _Session.loaded.append(case["threads"])
+
+    def set_inputs(self, inputs: list, grads: object) -> None:  # type: ignore[type-arg]
+        self.x = inputs
+
+    def forward(self, i: int) -> None:
+        time.sleep(0.020)
+
+    def sync(self) -> None:
+        pass
+
+    def settings(self) -> dict:  # type: ignore[type-arg]
+        return {"intra_op_threads": _Session.loaded[-1]}
+
+
+def test_concurrent_requests_are_in_flight_together() -> None:
+    from bench.timing import Concurrent, runtime
+
+    assert isinstance(runtime(_Session, 1), _Session)
+    rt = runtime(_Session, 4)
+    assert isinstance(rt, Concurrent) and rt.skip_reason({"mode": "inference"}) is None
+    _Session.loaded.clear()
+    rt.load({"threads": 8})
+    assert _Session.loaded == [2, 2, 2, 2]  # the threads shared out between the sessions
+    rt.set_inputs([{}], None)
+    s = measure([rt.forward], rt.sync, FAST).samples_ms[0]
+    assert 20.0 <= np.median(s) < 35.0, s  # four 20 ms requests at once, not 80 ms one after another
+    assert rt.settings() == {"concurrent_requests": 4, "sessions": 4, "per_session": {"intra_op_threads": 2}}
+    assert "training" not in (rt.skip_reason({"mode": "inference"}) or "")
+    assert "inference requests only" in rt.skip_reason({"mode": "training"})
+
+
+def test_concurrency_is_refused_where_the_thread_pool_is_the_process() -> None:
+    from bench.timing import runtime
+
+    torch_like = type("T", (_Session,), {"name": "torch"})
+    assert "one per process" in runtime(torch_like, 2).skip_reason({"mode": "inference"})

@@ -227,3 +227,12 @@ def test_ratios_to_different_baselines_compare_times() -> None:
     b = doc(interleaved(base(), "torch", np.full(5, 0.6), baseline="onnxruntime"))
     (ln,) = cmp.compare(a, b).lines
     assert ln.part == "forward" and not ln.baseline
+
+
+def test_requests_in_flight_make_another_case() -> None:
+    from bench.results import key
+
+    one, two = row(base()), {**row(base() * 0.6), "concurrency": 2}
+    assert key(one) != key(two) and key(one) == key({**one, "concurrency": 1})
+    c = cmp.compare(doc(one, two), doc(row(base() * 1.2), {**row(base() * 0.6), "concurrency": 2}))
+    assert sorted(round(ln.ratio, 1) for ln in c.lines) == [1.0, 1.2]  # each paired with its own

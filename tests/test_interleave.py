@@ -120,6 +120,7 @@ def test_sweep_interleaves_groups_and_records_rows(tmp_path: Path, monkeypatch: 
 @pytest.mark.parametrize("args, message", [
     (["--baseline", "tensorflow"], "--baseline 'tensorflow' is not one of the runtimes"),
     (["--rounds", "2"], "--rounds must be at least 3"),
+    (["--concurrency", "0"], "--concurrency must be at least 1"),
 ])
 def test_bad_interleave_options_are_exit_2(args: list[str], message: str) -> None:
     r = CliRunner().invoke(app, ["bench", "alexnet", "--runtime", "torch", "--runtime", "opencv", "--dry-run",

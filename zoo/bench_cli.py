@@ -69,7 +69,8 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
               dry_run: bool, budget: float | None, quick: bool, threads: int | None, isolate: bool,
               timeout: float, seed: int, keep: bool = False, cluster: str | None = None,
               accelerators: list[str] | None = None, all_accelerators: bool = False, interleave: bool = True,
-              baseline: str | None = None, rounds: int | None = None, input_data: Path | None = None) -> None:
+              baseline: str | None = None, rounds: int | None = None, input_data: Path | None = None,
+              concurrency: int = 1) -> None:
     device = check_request(gpu=None if cluster else gpu, runtimes=runtimes, precisions=precisions, layouts=layouts,
                            batches=batches, mode=mode, protocol=protocol, threads=threads)
     if layers and protocol == "zoo":
@@ -100,6 +101,8 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     left_out = {} if runtimes or quick else benchmark.left_out(device)
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
     _check_interleave(runtimes, baseline, rounds)
+    if concurrency < 1:
+        raise ConvertError(f"--concurrency must be at least 1, got {concurrency}")
     rounds = rounds or (interleaved.QUICK_ROUNDS if quick else interleaved.ROUNDS)
     precisions = precisions or default_precisions(device)
     recorder = _resumed(out_file) if resume else None
@@ -120,7 +123,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
                               runtimes=runtimes, precisions=precisions, layouts=layouts or ["nchw"],
                               batches=batches or [1], mode=mode, threads=threads, seed=seed,
                               quick=quick, keep=keep, progress=prep, input_data=input_data)
-    cases = plan.cases
+    cases = [replace(c, concurrency=concurrency) for c in plan.cases] if concurrency > 1 else plan.cases
     if budget:
         cases = sweep.fit_budget(cases, budget)
     if dry_run:

@@ -268,6 +268,8 @@ def bench_cmd(
                                         "(default opencv where timed, else the first runtime)."),
     rounds: int | None = typer.Option(None, help="Interleaved: rounds of one 0.3 s window per runtime "
                                       "(default 12; 6 with --quick)."),
+    concurrency: int = typer.Option(1, help="Throughput mode: N inference requests in flight at once, N sessions "
+                                    "of threads/N threads each (onnxruntime, openvino; others skipped)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
     seed: int = typer.Option(0),
     input_data: Path | None = typer.Option(
@@ -289,7 +291,7 @@ def bench_cmd(
               precisions=precision or [], layouts=layout or [], batches=batch or [], mode=mode,
               protocol=protocol, layers=layers, out_file=out_file, resume=resume, dry_run=dry_run,
               budget=budget, quick=quick, threads=threads, isolate=isolate, timeout=timeout, seed=seed,
-              interleave=interleave, baseline=baseline, rounds=rounds, input_data=input_data,
+              interleave=interleave, baseline=baseline, rounds=rounds, input_data=input_data, concurrency=concurrency,
               keep=keep, cluster=cluster, accelerators=accelerator or [], all_accelerators=all_accelerators)
 
 
