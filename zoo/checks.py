@@ -3,7 +3,7 @@
     python -m zoo.checks corpus            # convert + verify every corpus prototxt (batch 1)
     python -m zoo.checks caffemodel-speed  # VGG-16 caffemodel: zoo's loader vs OpenCV, peak RSS
     python -m zoo.checks t7-speed          # VGG-16-sized .t7: zoo's reader vs numpy.fromfile
-    python -m zoo.checks harness           # zoo bench medians vs a hand-written loop, and repeated
+    python -m zoo.checks harness           # interleaved ratios: A/A and repeated sweeps within 5%
     python -m zoo.checks fuzz --minutes N [--seed S]  # hostile/broken inputs to the CLI (zoo/fuzz.py)
     python -m zoo.checks disk [--quick]    # README command 1 (zoo bench --all): peak disk, time, RSS
     python -m zoo.checks mtcnn             # real trained MTCNN nets: model.py vs OpenCV on an image pyramid
