@@ -39,7 +39,7 @@ from convert.runtimes import CannotRun
 
 from .cases import Case
 from .results import KEY, Recorder, key
-from .sweep import Progress, run_one, skip_row
+from .sweep import STARTUP_S, Progress, run_one, skip_row
 from .timing import Policy, settled, start, window
 from .worker import base_row, case_env, finish_row, open_case
 
@@ -265,6 +265,12 @@ def in_turns(cases: list[Case]) -> set[int]:
     for c in cases:
         groups.setdefault(group_key(c), []).append(c)
     return {id(c) for g in groups.values() if len(g) > 1 and not Policy(**g[0].policy).fixed for c in g}
+
+
+def fit_rounds(rounds: int, budget_s: float, cases: list[Case]) -> int:
+    """Fewer rounds (at least 3) where a --budget leaves each case less time than ``rounds`` take."""
+    per_case = budget_s / max(sum(not c.status for c in cases), 1) - STARTUP_S
+    return max(3, min(rounds, int(per_case / (2 * WINDOW_S))))
 
 
 def run(cases: list[Case], recorder: Recorder, *, rounds: int = ROUNDS, window_s: float = WINDOW_S,

@@ -148,3 +148,10 @@ def test_report_and_summary_show_the_interleaved_speed(tmp_path: Path) -> None:
     assert "× [" in summary, summary  # the fastest against OpenCV from the rounds, with the interval
     (line,) = describe([e.row for e in ents])
     assert "speed against opencv" in line and "onnxruntime 2.0" in line and "torch 0.50" in line, line
+
+
+def test_a_budget_shrinks_the_rounds_to_fit() -> None:
+    cases = [Case(**{k: v for k, v in case(rt).items() if k != "plugin"}) for rt in ("test-sleep", "test-async")]
+    assert interleave.fit_rounds(12, 3600, cases) == 12  # plenty of time: as asked
+    assert interleave.fit_rounds(12, 2 * (4.0 + 6 * 0.6), cases) == 6
+    assert interleave.fit_rounds(12, 1, cases) == 3  # never below an interval's minimum

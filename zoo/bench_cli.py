@@ -96,14 +96,16 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         return bench_cluster(out, err, address=cluster, build_kw=kw, threads=threads, gpu=gpu, device=device,
                              accelerators=accelerators or [], all_accelerators=all_accelerators,
                              out_file=out_file, resume=resume, budget=budget, isolate=isolate, timeout=timeout,
-                             one_line=_one_line, table=summary_table)
+                             one_line=_one_line, table=lambda rows: summary_table(rows, out.width))
+    if accelerators or all_accelerators:
+        raise ConvertError("--accelerator and --all-accelerators apply with --cluster")
     threads = threads or benv.physical_cores()
     left_out = {} if runtimes or quick else benchmark.left_out(device)
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
     _check_interleave(runtimes, baseline, rounds)
     if concurrency < 1:
         raise ConvertError(f"--concurrency must be at least 1, got {concurrency}")
-    rounds = rounds or (interleaved.QUICK_ROUNDS if quick else interleaved.ROUNDS)
+    asked_rounds, rounds = rounds, rounds or (interleaved.QUICK_ROUNDS if quick else interleaved.ROUNDS)
     precisions = precisions or default_precisions(device)
     recorder = _resumed(out_file) if resume else None
     if not dry_run and not resume:
@@ -126,6 +128,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     cases = [replace(c, concurrency=concurrency) for c in plan.cases] if concurrency > 1 else plan.cases
     if budget:
         cases = sweep.fit_budget(cases, budget)
+        rounds = asked_rounds or interleaved.fit_rounds(rounds, budget, cases)
     if dry_run:
         _dry_run(out, cases, device, threads, rounds if interleave and isolate else 0)
         _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
