@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench import results
+from bench.cases import PROTOCOLS
 from bench.results import KEY, Recorder, ResultsError
 from convert import artifacts, isolate
 from convert.api import convert
@@ -331,8 +332,9 @@ def test_a_full_disk_in_the_cli_is_one_line(tmp_path: Path, monkeypatch) -> None
         raise ResultsError("r.json: cannot save the row of m: No space left on device; 2 row(s) saved before ...")
 
     monkeypatch.setattr(bench_cli.sweep, "run", full)
+    monkeypatch.setattr(bench_cli.interleaved, "run", full)
     monkeypatch.setattr(bench_cli, "_peaks", lambda *a, **k: {})
-    monkeypatch.setattr(bench_cli.benchmark, "build", lambda *a, **k: [])
+    monkeypatch.setattr(bench_cli.benchmark, "plan", lambda *a, **k: bench_cli.benchmark.Plan(PROTOCOLS["zoo"], 0))
     r = CliRunner().invoke(app, ["bench", "alexnet", "--out", str(tmp_path / "r.json")])
     assert r.exit_code == 2 and "No space left on device" in r.output and "Traceback" not in r.output
 
