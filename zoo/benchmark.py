@@ -44,7 +44,7 @@ def default_runtimes(device: str, quick: bool = False) -> list[str]:
 def left_out(device: str) -> dict[str, str]:
     """Runtimes the default set leaves out on ``device``, and why: a summary line each, not a row per case.
     On a CPU, TensorRT cannot run, and torch.compile spends about 50 s per model compiling on 2 cores
-    (20 minutes for the zoo, for a speed close to eager's there), so it runs when asked."""
+    (20 minutes for the zoo), so it runs when asked."""
     if device == "cpu":
         return {"onnxruntime-trt": "TensorRT needs CUDA",
                 "torch-compile": "torch.compile takes about 50 s per model to compile on a CPU (ask: --runtime "
