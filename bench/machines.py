@@ -15,15 +15,19 @@ from matplotlib.figure import Figure
 
 from . import report as rep
 from .compare import env_differences
+from .env import machine_name
 
 GROUP = ("precision", "mode", "batch", "layout", "protocol")
 
 
 def machine_of(run: rep.Run) -> str:
-    """A run's machine: the name zoo bench --cluster gave its file's folder, else its CPU or GPU."""
+    """A run's machine: the name zoo bench gives its results folder (zoo bench --cluster records it),
+    else (a file from elsewhere) its CPU or GPU."""
     env = run.doc["env"]
-    device = run.doc["rows"][0]["device"] if run.doc["rows"] else "cpu"
-    return str(env.get("machine") or rep.machine(env, device))
+    try:
+        return str(env.get("machine") or machine_name(env))
+    except (KeyError, TypeError, AttributeError):
+        return rep.machine(env, run.doc["rows"][0]["device"] if run.doc["rows"] else "cpu")
 
 
 def by_machine(runs: list[rep.Run]) -> dict[str, list[rep.Run]]:

@@ -37,21 +37,47 @@ def disk_heavy(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
+
 def loopback_only() -> bool:
-    """Whether this process's network has nothing up but loopback (a namespace made by
-    ``unshare -n``): the only place the suite starts Ray, so that no test traffic leaves the host."""
+    """Whether this process's network has nothing up but loopback."""
     import psutil
 
     return all(name == "lo" or not st.isup for name, st in psutil.net_if_stats().items())
 
 
-RAY_NETNS = "unshare -n sh -c 'ip link set lo up && python -m pytest -m ray'"
+def enter_loopback_namespace() -> str | None:
+    """Move this process into a new network namespace with only loopback, up (``unshare -n`` and
+    ``ip link set lo up``, done in-process); None when done, else why it cannot be done."""
+    import ctypes
+    import socket
+    import struct
+
+    clone_newnet, siocsifflags, up_loopback_running = 0x40000000, 0x8914, 0x1 | 0x8 | 0x40
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(clone_newnet) != 0:
+        return f"cannot create a network namespace ({os.strerror(ctypes.get_errno())}: needs root or CAP_SYS_ADMIN)"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", up_loopback_running))
+    return None
 
 
 @pytest.fixture(scope="module")
 def ray_netns() -> None:
-    """Skip a Ray test unless Ray is installed and the network is loopback only (.ci/run runs the
-    Ray tests that way: ``RAY_NETNS``)."""
+    """Ray binds to the host's address and probes external ones: the suite starts it only where the
+    network is loopback only. Outside such a namespace, this test process (an xdist worker) moves
+    into a new one for the rest of its session (the suite needs no network); where that is not
+    permitted the Ray tests skip, saying so."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[cluster]')")
     if not loopback_only():
-        pytest.skip(f"Ray tests start Ray only in a loopback-only network namespace: {RAY_NETNS}")
+        why = enter_loopback_namespace()
+        if why or not loopback_only():
+            pytest.skip(f"Ray tests need a loopback-only network: {why or 'interfaces still up'}; as root: "
+                        "unshare -n sh -c 'ip link set lo up && pytest -m ray'")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """``pytest -n 2`` distributes as ``--dist loadgroup``: the same as ``load`` but tests marked
+    ``xdist_group`` stay on one worker (the Ray tests share one local cluster, started once)."""
+    if getattr(config.option, "dist", None) == "load":
+        config.option.dist = "loadgroup"

@@ -98,6 +98,7 @@ def _view(rows):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray")
 def test_each_accelerator_times_the_serial_case_set_with_the_same_verification(first_run, tmp_path) -> None:  # type: ignore[no-untyped-def]
     tmp, _, nodes, recs, rows = first_run
     art, ref = write_artifact(tmp_path / "m-1x2")
@@ -111,6 +112,7 @@ def test_each_accelerator_times_the_serial_case_set_with_the_same_verification(f
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray")
 def test_each_node_rows_carry_its_own_environment_and_gemm_peak(first_run) -> None:  # type: ignore[no-untyped-def]
     _, _, nodes, recs, _ = first_run
     by_id = {n.id: n for n in nodes}
@@ -126,6 +128,7 @@ def test_each_node_rows_carry_its_own_environment_and_gemm_peak(first_run) -> No
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray")
 def test_resume_skips_finished_cases(first_run, ray_cluster) -> None:  # type: ignore[no-untyped-def]
     tmp, prepare, _, recs, _ = first_run
     path = recs["fakeb"].path
@@ -138,6 +141,7 @@ def test_resume_skips_finished_cases(first_run, ray_cluster) -> None:  # type: i
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("ray")
 def test_a_node_lost_mid_sweep_loses_no_finished_row(ray_cluster, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
     extra = ray_cluster.add_node(num_cpus=1, resources={"accelerator_type:fakeA": 1})
     prepare = lambda threads: fake_prepare(threads, root=str(tmp_path / "nodes"), batches=(1, 2))  # noqa: E731

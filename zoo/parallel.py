@@ -150,6 +150,8 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
     if resume and not any(root.glob(f"*/{run_id}.json")):
         raise ConvertError(f"{root}/*/{run_id}.json: no such run to continue (drop --resume to start one)")
     prepare = functools.partial(node_cases, build_kw=build_kw, budget=budget)
+    err.print("--cluster: each case in its own fresh process on its node (the --no-interleave method)",
+              highlight=False)
     try:
         with cluster.session(address) as ray, one_line():
             nodes = cluster.select(ray, accelerators, all_accelerators)
@@ -173,8 +175,7 @@ class _Display:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                            TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[info]}"),
-                            TimeElapsedColumn(), console=err)
+                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err)
         self.all = self.bar.add_task("all nodes", total=None, info="")
         self.per: dict[str, Any] = {}
 
@@ -187,8 +188,10 @@ class _Display:
 
     def __call__(self, s: Any) -> None:
         eta = "?" if math.isnan(s.eta_s) else f"{s.eta_s:.0f}s"
-        self.bar.update(self.all, completed=s.done, total=s.done + s.left, info=f"left {s.left}, ETA {eta}")
+        self.bar.update(self.all, completed=s.done, total=s.done + s.left,
+                        info=f"{s.done}/{s.done + s.left} done, {s.left} left, ETA {eta}")
         for label, done, running in s.nodes:
             if label not in self.per:
                 self.per[label] = self.bar.add_task(label, total=None, info="")
-            self.bar.update(self.per[label], completed=done, info="running" if running else "idle")
+            self.bar.update(self.per[label], completed=done, total=s.done + s.left,
+                            info=f"{done} done, {'running one' if running else 'idle'}")
