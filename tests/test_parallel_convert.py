@@ -121,9 +121,9 @@ def test_a_killed_child_is_one_line_not_a_hang() -> None:
 
 
 def test_corpus_check_with_jobs(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from zoo import checks
+    from zoo import checks, checks_common
 
-    monkeypatch.setattr(checks, "OUT", tmp_path / "checks")  # not the committed outputs/checks
+    monkeypatch.setattr(checks_common, "OUT", tmp_path / "checks")  # not the committed outputs/checks
     root = tmp_path / "corpus"
     (root / "seeds").mkdir(parents=True)
     nets(root / "realworld")

@@ -32,16 +32,8 @@ from convert.api import convert, load
 from convert.errors import ConvertError, Unsupported
 
 from .catalogue import CATALOGUE
-
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
-OUT = ROOT / "outputs" / "checks"
-
-
-def _save(name: str, data: dict[str, Any]) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
-    print(f"wrote {OUT / name}.json")
+from .checks_common import CORPUS, OUT
+from .checks_common import save as _save
 
 
 def corpus(root: Path = CORPUS, jobs: int | None = None) -> dict[str, Any]:

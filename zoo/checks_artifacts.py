@@ -31,8 +31,8 @@ from convert.api import convert, load
 from convert.onnx_emit import build_skeleton
 from convert.torch_emit import import_model
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "outputs" / "checks"
+from .checks_common import OUT, ROOT
+
 MODELS = ("resnet50", "alexnet", "googlenet")
 
 

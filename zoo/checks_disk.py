@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "outputs" / "checks"
+from .checks_common import OUT, ROOT
+
 EVERY_S = 0.5
 
 

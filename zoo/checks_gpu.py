@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .checks_common import ROOT
+
 SEEDS = ("titan_xp_cudnn51", "1080Ti")  # the seeds' cnn-benchmarks GPU folders set beside ours
 REPORT_S = 30.0  # kept for the reports at the end
 MIN_STEP_S = 45.0  # a step with less time than this left is not started

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .checks_common import save as _save
+
 AA_MODELS = ("alexnet", "resnet18")
 REPEAT_MODEL = "alexnet"
 REPEAT_RUNTIMES = ("onnxruntime", "opencv", "torch")
@@ -88,7 +90,6 @@ def repeat_check(rounds: int) -> dict[str, Any]:
 def harness(rounds: int = 40, window_s: float = 0.15) -> dict[str, Any]:
     from bench.env import physical_cores
 
-    from .checks import _save
 
     threads, started, load0 = physical_cores(), time.perf_counter(), os.getloadavg()
     aa = []

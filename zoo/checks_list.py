@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from .catalogue import LIST_CACHE
+from .checks_common import save as _save
 
 GOAL = {"wall_s": 1.0, "max_rss_bytes": 150 * 2**20}  # issue 11, warm
 
@@ -38,7 +39,6 @@ def _stamp() -> int | None:
 
 
 def list_speed(warm_runs: int = 5) -> dict[str, Any]:
-    from .checks import _save
 
     LIST_CACHE.unlink(missing_ok=True)
     cold = _run()

@@ -14,11 +14,10 @@ import numpy as np
 from convert.api import convert
 from convert.torch_emit import import_model
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
+from .checks_common import CORPUS, OUT
+
 NETS = CORPUS / "trained" / "mtcnn"
 NEGATIVES = CORPUS / "realworld" / "ikkiChung" / "Prediction-Example-With-Caffe" / "examples" / "images"
-OUT = ROOT / "outputs" / "checks"
 
 
 def draw_face() -> np.ndarray:

@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .checks_common import save as _save
+
 VGG16_LUA = """
 require 'nn'
 local m, planes = nn.Sequential(), 3
@@ -56,7 +58,6 @@ def _run(kind: str, path: Path) -> tuple[float, float]:
 def t7_speed(repeats: int = 5) -> dict[str, Any]:
     from convert.torch7 import lua, t7write
 
-    from .checks import _save
 
     work = Path(tempfile.mkdtemp(prefix="zoo-t7speed-"))
     try:
