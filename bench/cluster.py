@@ -135,10 +135,11 @@ def accelerator(resources: dict[str, float]) -> str | None:
     return types[0] if types else None
 
 
-def select(ray: Any, accelerators: list[str], all_accelerators: bool) -> list[Node]:
-    """The alive nodes with CPUs, narrowed to the accelerator types asked for."""
+def select(ray: Any, accelerators: list[str], all_accelerators: bool, gpu: bool = False) -> list[Node]:
+    """The alive nodes with CPUs (and with ``gpu`` a GPU), narrowed to the accelerator types asked for."""
     nodes = [Node(n["NodeID"], int(n["Resources"].get("CPU", 0)), accelerator(n["Resources"]))
-             for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1]
+             for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1
+             and (not gpu or n["Resources"].get("GPU", 0) >= 1)]
     present = sorted({n.accelerator for n in nodes if n.accelerator})
     for a in accelerators:
         if a not in present:
@@ -149,16 +150,23 @@ def select(ray: Any, accelerators: list[str], all_accelerators: bool) -> list[No
     elif all_accelerators:
         nodes = [n for n in nodes if n.accelerator]
     if not nodes:
-        raise ClusterError("the cluster has no node to run on" + (" with an accelerator" if all_accelerators else ""))
+        raise ClusterError("the cluster has no node to run on" + (" with a GPU" if gpu else "")
+                           + (" with an accelerator" if all_accelerators else ""))
     return nodes
 
 
+_REMOTE: dict[Any, Any] = {}  # each function exported to the cluster once
+
+
 def _pinned(ray: Any, fn: Callable[..., Any], node: Node) -> Any:
-    """``fn`` as a task on ``node`` only, holding all its CPUs (nothing runs beside it)."""
+    """``fn`` as a task on ``node`` only, holding all its CPUs (nothing runs beside it); not retried
+    there (a lost node's case is queued again for another node by ``run``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.remote(fn).options(num_cpus=node.cpus, max_retries=0,
-                                  scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
+    if fn not in _REMOTE:
+        _REMOTE[fn] = ray.remote(fn)
+    return _REMOTE[fn].options(num_cpus=node.cpus, max_retries=0,
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
 
 
 def set_up_node(prepare: Prepare, threads: int | None, gpu: int | None, device: str, isolate: bool,

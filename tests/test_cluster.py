@@ -164,6 +164,19 @@ def test_a_node_lost_mid_sweep_loses_no_finished_row(ray_cluster, tmp_path, capl
     assert victim in by_node and len(by_node) == 2  # the lost node's finished rows are kept
 
 
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_convert_jobs_as_ray_tasks(ray_cluster) -> None:  # type: ignore[no-untyped-def]
+    from test_parallel_convert import child_budget, child_fails
+
+    from convert import limits
+    from zoo.parallel import Failed, map_jobs
+
+    got = list(map_jobs(child_budget, [0, 1, 2], cluster=ray_cluster.address))
+    assert got == [str(limits.memory_budget())] * 3  # each in a fresh process, one per CPU of its node
+    assert list(map_jobs(child_fails, [0], cluster=ray_cluster.address)) == [Failed("refused in the child")]
+
+
 def test_fingerprints_that_differ_refuse_that_node() -> None:
     nodes = [cluster.Node(str(i), 1, "fakeA", machine="fakea", fingerprints={"m-1x2": fp})
              for i, fp in enumerate(["aaa", "aaa", "bbb"])]

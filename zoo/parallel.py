@@ -154,7 +154,7 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
               highlight=False)
     try:
         with cluster.session(address) as ray, one_line():
-            nodes = cluster.select(ray, accelerators, all_accelerators)
+            nodes = cluster.select(ray, accelerators, all_accelerators, gpu=gpu is not None)
             err.print(f"setting up {len(nodes)} node(s): converting, verifying, measuring the GEMM peak",
                       highlight=False)
             nodes = cluster.set_up(ray, nodes, prepare, threads=threads, gpu=gpu, device=device, isolate=isolate)
