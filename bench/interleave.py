@@ -41,7 +41,7 @@ from .cases import Case
 from .results import KEY, Recorder, key
 from .sweep import STARTUP_S, Progress, run_one, skip_row
 from .timing import Policy, settled, start, window
-from .worker import base_row, case_env, finish_row, open_case
+from .worker import base_row, case_env, error_row, finish_row, open_case
 
 ROUNDS = 12
 QUICK_ROUNDS = 6
@@ -80,9 +80,7 @@ def serve(commands: IO[str], answer: Callable[[dict[str, Any]], None]) -> None:
     except CannotRun as e:
         answer({**base_row(case), "status": "skipped", "reason": str(e)})
     except Exception as e:  # an error row, with the one line that says what went wrong
-        msg = str(e).strip().splitlines()
-        answer({**base_row(case), "status": "error",
-                "reason": f"{type(e).__name__}: {msg[-1][:300] if msg else ''}".strip()})
+        answer(error_row(case, e))
 
 
 def _main() -> None:

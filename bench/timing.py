@@ -132,9 +132,10 @@ def warm_up(phases: list[Phase], sync: Callable[[], None], policy: Policy,
 
 
 def window(phases: list[Phase], sync: Callable[[], None], seconds: float, start: int, calls: int = 1,
-           rewarm: int = 1, clock: Callable[[], float] = time.perf_counter) -> list[list[float]]:
+           rewarm: int = 1, at_least: int = 3, clock: Callable[[], float] = time.perf_counter) -> list[list[float]]:
     """One short timed window (interleaved rounds): ``rewarm`` untimed steps first (the caches
-    refilled after the other runtimes ran), then samples until ``seconds`` have passed, at least one.
+    refilled after the other runtimes ran), then samples until ``seconds`` have passed and there are
+    ``at_least`` (a round's median of one sample would be as noisy as one call on a busy machine).
     ``start`` numbers the first step (input rotation); returns the samples per phase."""
     for k in range(rewarm):
         for phase in phases:
@@ -146,7 +147,7 @@ def window(phases: list[Phase], sync: Callable[[], None], seconds: float, start:
         for p, v in enumerate(_sample(phases, sync, i, calls, clock)):
             out[p].append(v)
         i += 1
-        if clock() - begin >= seconds:
+        if clock() - begin >= seconds and len(out[0]) >= at_least:
             return out
 
 

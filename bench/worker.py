@@ -213,6 +213,11 @@ def run_case_row(case: dict[str, Any]) -> dict[str, Any]:
     try:
         return run_case(case)
     except Exception as e:
-        msg = str(e).strip().splitlines()
-        return {**base_row(case), "status": "error",
-                "reason": f"{type(e).__name__}: {msg[-1][:300] if msg else ''}".strip()}
+        return error_row(case, e)
+
+
+def error_row(case: dict[str, Any], e: Exception) -> dict[str, Any]:
+    """The row of a case that raised: the exception's type and last line."""
+    msg = str(e).strip().splitlines()
+    return {**base_row(case), "status": "error",
+            "reason": f"{type(e).__name__}: {msg[-1][:300] if msg else ''}".strip()}

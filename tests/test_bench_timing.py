@@ -208,3 +208,17 @@ def test_concurrency_is_refused_where_the_thread_pool_is_the_process() -> None:
 
     torch_like = type("T", (_Session,), {"name": "torch"})
     assert "one per process" in runtime(torch_like, 2).skip_reason({"mode": "inference"})
+
+
+def test_an_interleaved_window_refills_caches_then_times_enough_samples() -> None:
+    from bench.timing import window
+
+    clock, seen = FakeClock(), []
+    step = lambda ms: lambda i: (seen.append(i), clock.spend(ms))  # noqa: E731
+    out = window([step(10.0)], lambda: None, 0.095, start=7, clock=clock)
+    assert len(out[0]) == 10 and seen[0] == 7 and seen[1:] == list(range(8, 18))  # one untimed, then ~0.1 s
+    seen.clear()
+    out = window([step(50.0)], lambda: None, 0.095, start=0, clock=clock)
+    assert len(out[0]) == 3 and len(seen) == 4  # a slow model: at least three samples, not one
+    out = window([step(1.0), step(2.0)], lambda: None, 0.0, start=0, at_least=1, rewarm=0, clock=clock)
+    assert out == [[pytest.approx(1.0)], [pytest.approx(2.0)]]  # phases apart
