@@ -20,6 +20,10 @@ Schema (version 1) — a row:
   load: {start, end: {loadavg, busy (top other processes by CPU%), time}, steal_pct, quiet, reasons};
       quiet (bool), quiet_reason (when not quiet); gemm_peak_tflops: {run, next_to_case}
   input_shapes, seconds (wall time of the case), finished (ISO time)
+  interleave (timed in turns with other runtimes, bench/interleave.py): {rounds, window_s, order,
+      entrants, label, baseline, round_ms, round_ratios, ratio (median over rounds of this runtime's
+      time over the baseline's), ratio_ci (95% bootstrap over rounds)}
+  concurrency: requests in flight at once (only when above 1; it makes another case)
 """
 
 from __future__ import annotations
