@@ -61,6 +61,8 @@ class TorchEager(Runtime):
             net = net.to(memory_format=torch.channels_last)
         self.training_mode = case["mode"] == "training"
         net.train(self.training_mode)
+        # training steps move BatchNorm's running statistics; verification restores the loaded ones
+        self.module, self.buffers = net, {k: b.clone() for k, b in net.named_buffers()} if self.training_mode else {}
         self.net = self.wrap(net)
         self.out: tuple[Any, ...] = ()
 
@@ -101,6 +103,10 @@ class TorchEager(Runtime):
 
     def infer(self, x: dict[str, np.ndarray]) -> list[np.ndarray]:
         training, self.training_mode = self.training_mode, False
+        with self.torch.no_grad():
+            for k, b in self.module.named_buffers():
+                if k in self.buffers:
+                    b.copy_(self.buffers[k])
         self.net.eval()
         try:
             return super().infer(x)
