@@ -138,7 +138,7 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
     """``zoo bench ... --cluster ADDRESS``: every machine kind of the cluster times the cases; one
     results file per machine, ``DIR/<machine>/<RUN>.json`` for ``--out DIR/RUN.json`` (default
     outputs/results/<machine>/<time>.json)."""
-    from bench import cluster
+    from bench import cluster, results
 
     from .benchmark import RESULTS, relative
 
@@ -149,6 +149,11 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
     run_id = Path(out_file).stem if out_file else time.strftime("%Y%m%d-%H%M%S")
     if resume and not any(root.glob(f"*/{run_id}.json")):
         raise ConvertError(f"{root}/*/{run_id}.json: no such run to continue (drop --resume to start one)")
+    taken = sorted(root.glob(f"*/{run_id}.json"))
+    if taken and not resume:  # before any work: an existing run is never taken over
+        raise ConvertError(f"{taken[0]} exists: continue the run with --resume, or choose another --out")
+    with one_line():
+        results.check_writable(root / f"{run_id}.json")
     prepare = functools.partial(node_cases, build_kw=build_kw, budget=budget)
     err.print("--cluster: each case in its own fresh process on its node (the --no-interleave method)",
               highlight=False)
