@@ -13,7 +13,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from . import report as rep
+from . import cells as rep
 from .compare import env_differences
 from .env import machine_name
 

@@ -16,24 +16,21 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import machines
+from .cells import Cell, Row, Run, _html_table, _md_table, fmt_ms, machine, natural, total_stats
 from .history import read_any
 from .interleave import median_ci, speed
 from .results import ResultsError
 from .stats import tail
 
 log = logging.getLogger(__name__)
-Row = dict[str, Any]
-Cell = tuple[str, Any]  # shown text, sort key (a number, or text)
 OPTIONAL = ("layout", "batch", "mode", "protocol")  # columns only where they vary
 EAGER = ("torch", "fp32")  # the PyTorch eager fp32 baseline of the summary
 OPENCV = ("opencv", "fp32")
@@ -42,10 +39,6 @@ OPENCV = ("opencv", "fp32")
 # ---------------------------------------------------------------- loading
 
 
-@dataclass
-class Run:
-    label: str
-    doc: dict[str, Any]
 
 
 def _files(paths: list[Path]) -> list[tuple[Path, bool]]:
@@ -113,30 +106,11 @@ def all_rows(runs: list[Run]) -> list[Row]:
             for run in runs for r in run.doc["rows"]]
 
 
-def machine(env: dict[str, Any], device: str) -> str:
-    if device.startswith("cuda"):
-        return (env.get("gpu") or {}).get("name") or "unknown GPU"
-    return env.get("cpu") or "unknown CPU"
 
 
 # ---------------------------------------------------------------- numbers
 
 
-def _decimals(spread: float, cap: int = 3) -> int:
-    """Decimals that keep the spread's second significant digit (zoo bench's rule)."""
-    if not spread > 0 or not math.isfinite(spread):
-        return 2
-    return max(0, min(cap, -int(math.floor(math.log10(spread))) + 1))
-
-
-def fmt_ms(stats: dict[str, Any] | None) -> str:
-    """'12.3 ± 0.41': median ± IQR, identical to zoo bench's table."""
-    if not stats:
-        return "-"
-    if stats["iqr_ms"] == 0 and stats.get("n", 2) < 2:  # one sample: no spread to show
-        return f"{stats['median_ms']:.{_sig3(stats['median_ms'])}f} (n=1)"
-    d = _decimals(stats["iqr_ms"])
-    return f"{stats['median_ms']:.{d}f} ± {stats['iqr_ms']:.{d}f}"
 
 
 def fmt_noisy(x: float | None, rel: float) -> str:
@@ -156,9 +130,6 @@ def fmt_noisy(x: float | None, rel: float) -> str:
     return f"{x:.{max(0, -last)}f}"
 
 
-def _sig3(x: float) -> int:
-    """Decimals for three significant digits (at least; no rounding of integer digits)."""
-    return max(0, 2 - int(math.floor(math.log10(abs(x))))) if x else 0
 
 
 def fmt_err(v: dict[str, Any] | None) -> str:
@@ -174,14 +145,6 @@ def total(r: Row) -> tuple[float, float] | None:
     return (t["median_ms"], t["iqr_ms"]) if t else None
 
 
-def total_stats(r: Row) -> dict[str, Any] | None:
-    f, b = r.get("forward"), r.get("backward")
-    if not f:
-        return None
-    if not b:
-        return f
-    return {"median_ms": f["median_ms"] + b["median_ms"], "iqr_ms": math.hypot(f["iqr_ms"], b["iqr_ms"]),
-            "n": min(f.get("n", 2), b.get("n", 2))}
 
 
 def _rel(r: Row) -> float:
@@ -386,9 +349,6 @@ def _env_cells(env: dict[str, Any]) -> list[list[Cell]]:
     return [[(k, k), (v, v)] for k, v in env_items(env)]
 
 
-def natural(s: Any) -> tuple[Any, ...]:
-    """A sort key that puts resnet18 before resnet101."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(s)))
 
 
 def by_model(rows: list[Row]) -> dict[str, list[Row]]:
@@ -408,10 +368,6 @@ def _legend(runs: list[Run]) -> str:
 # ---------------------------------------------------------------- Markdown
 
 
-def _md_table(head: list[str], body: list[list[Cell]]) -> list[str]:
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    return lines + ["| " + " | ".join(esc(t) for t, _ in row) + " |" for row in body]
 
 
 def markdown(runs: list[Run], figure_links: dict[str, str] | None = None) -> str:
@@ -502,22 +458,6 @@ rows.forEach(function(r){b.appendChild(r)})})});
 """
 
 
-def _html_table(head: list[str], body: list[list[Cell]], cls: str = "sortable") -> str:
-    e = _html.escape
-    numeric = [all(isinstance(row[i][1], (int, float)) or row[i][1] is None for row in body)
-               for i in range(len(head))]
-    ths = "".join(f'<th class="{"" if n else "t"}">{e(h)}</th>' for h, n in zip(head, numeric))
-    trs = []
-    for row in body:
-        tds = "".join(f'<td class="{"" if n else "t"}" data-v="{e(_sort_key(k))}">{e(t)}</td>'
-                      for (t, k), n in zip(row, numeric))
-        trs.append(f"<tr>{tds}</tr>")
-    thead = f"<thead><tr>{ths}</tr></thead>" if any(head) else ""  # key-value tables have no header
-    return f'<div class="scroll"><table class="{cls}">{thead}<tbody>{"".join(trs)}</tbody></table></div>'
-
-
-def _sort_key(k: Any) -> str:
-    return "" if k is None else repr(k) if isinstance(k, float) else str(k)
 
 
 def html(runs: list[Run]) -> str:

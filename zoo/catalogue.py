@@ -118,10 +118,15 @@ def _key(e: Entry, code: str) -> str:
     return h.hexdigest()
 
 
-def _figures(e: Entry) -> dict[str, Any]:
-    from .pipeline import Target, describe  # torch and the converter: only on a cache miss
+def entry_shapes(e: Entry) -> dict[str, tuple[int, ...]] | None:
+    """A Torch7 file carries no input shape: the zoo's own definitions take the catalogue's."""
+    return {"input": (1, *e.input)} if e.framework == "torch7" else None
 
-    g = describe(Target(e.name, e.source, dict(e.args), e))
+
+def _figures(e: Entry) -> dict[str, Any]:
+    from convert.api import load  # torch and the converter: only on a cache miss
+
+    g = load(e.source, None, entry_shapes(e), seed=None, args=dict(e.args)).graph
     batch = next(iter(g.inputs.values()))[0]
     return {"params": g.param_count(), "macs": g.macs() // batch}
 

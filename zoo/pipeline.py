@@ -14,7 +14,7 @@ from convert.artifacts import Converted, is_model_dir
 from convert.errors import ConvertError
 from convert.ir import Graph, Shape
 
-from .catalogue import CATALOGUE, Entry, find
+from .catalogue import CATALOGUE, Entry, entry_shapes, find
 
 MODELS = Path("outputs/models")
 
@@ -64,9 +64,7 @@ def targets(specs: list[str], all_: bool) -> list[Target]:
 
 def default_shapes(t: Target, shapes: dict[str, Shape] | None) -> dict[str, Shape] | None:
     """A Torch7 file carries no input shape: the zoo's own definitions take the catalogue's."""
-    if shapes or t.entry is None or t.entry.framework != "torch7":
-        return shapes
-    return {"input": (1, *t.entry.input)}
+    return shapes if shapes or t.entry is None else entry_shapes(t.entry)
 
 
 def convert_target(t: Target, out: Path = MODELS, weights: Path | None = None,

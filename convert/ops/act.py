@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import fmt
+from .codegen import fmt
 
 
 class Unary(Op):
@@ -76,7 +76,7 @@ class PRelu(Unary):
         rank = len(b.shape(ins[0]))
         n = int(np.prod(b.graph.weights[w["weight"]].shape))
         slope_shape = [n] + [1] * (rank - 2) if n > 1 else [1]
-        slope = b.op("Reshape", [w["weight"], b.const(slope_shape, "int64")])
+        slope = b.param(w["weight"], slope_shape)  # stored in that shape: no Reshape node
         b.op("PRelu", [ins[0], slope], outs)
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import fmt, helper
+from .bbox import decode
+from .codegen import fmt, helper
 from .detect_onnx import detection_output_onnx, prior_box_onnx
 
 CODES = ("corner", "center_size", "corner_size")
@@ -204,25 +205,6 @@ class DetectionOutput(Op):
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]
         detection_output_onnx(self, b, ins, outs)
-
-
-def decode(loc, prior, var, code, exp, stack, plus=0.0):  # type: ignore[no-untyped-def]
-    """Caffe's DecodeBBox on the last axis (NumPy, torch or ONNX: ``exp`` and ``stack`` given).
-    ``plus`` 1 is OpenCV's unnormalized center_size: prior sizes + 1, centres xmin + size / 2."""
-    if code == "corner":
-        return prior + var * loc
-    pw, ph = prior[..., 2] - prior[..., 0], prior[..., 3] - prior[..., 1]
-    if code == "corner_size":
-        return prior + var * loc * stack([pw, ph, pw, ph], -1)
-    if plus:
-        pw, ph = pw + plus, ph + plus
-        pcx, pcy = prior[..., 0] + pw / 2, prior[..., 1] + ph / 2
-    else:
-        pcx, pcy = (prior[..., 0] + prior[..., 2]) / 2, (prior[..., 1] + prior[..., 3]) / 2
-    cx = var[..., 0] * loc[..., 0] * pw + pcx
-    cy = var[..., 1] * loc[..., 1] * ph + pcy
-    bw, bh = exp(var[..., 2] * loc[..., 2]) * pw, exp(var[..., 3] * loc[..., 3]) * ph
-    return stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], -1)
 
 
 def jaccard(a: np.ndarray, others: np.ndarray, normalized: bool = True) -> np.ndarray:

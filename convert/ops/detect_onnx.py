@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from .bbox import decode
+
 F32_MIN = -3.4028234663852886e38
 
 
 class _V:
-    """An ONNX value with arithmetic, so that ``detect.decode`` writes its graph."""
+    """An ONNX value with arithmetic, so that ``bbox.decode`` writes its graph."""
 
     def __init__(self, b: Any, name: str) -> None:
         self.b, self.name = b, name
@@ -98,8 +100,6 @@ def prior_box_onnx(op: Any, b: Any, ins: list[str], outs: list[str]) -> None:
 
 def _candidates(op: Any, b: Any, ins: list[str], p: str) -> tuple[str, str]:
     """Decoded boxes (N*C, P, 4) and scores (N*C, P) per (image, class); background scores -inf."""
-    from .detect import decode
-
     loc, conf, priors = ins
     c = op.num_classes
     if op.encoded:  # (1, 1 or 2, P*4[, 1]): the first P boxes

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import fmt
+from .codegen import fmt
 
 
 @dataclass(frozen=True, slots=True)

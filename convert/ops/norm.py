@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import fmt, helper
+from .codegen import fmt, helper
 
 
 def _channel_window_sum(sq: np.ndarray, size: int, before: int) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import helper
+from .codegen import helper
 
 
 def pooled_size(n: int, k: int, s: int, p: int, ceil: bool, drop: bool) -> int:

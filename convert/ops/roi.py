@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import fmt, helper
+from .codegen import fmt, helper
 
 F32 = np.float32
 

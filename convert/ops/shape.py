@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir import Op, Shape
-from . import fmt
+from .codegen import fmt
 
 
 def _axis_ok(axis: int, rank: int) -> None:
