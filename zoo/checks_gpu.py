@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checks_common import ROOT
+from .checks_common import CORPUS, ROOT
 
 SEEDS = ("titan_xp_cudnn51", "1080Ti")  # the seeds' cnn-benchmarks GPU folders set beside ours
 REPORT_S = 30.0  # kept for the reports at the end
@@ -70,8 +70,9 @@ def bench_args(step: Step, gpu: int, out: Path) -> list[str]:
 
 
 def seeds_dir() -> Path | None:
-    for base in (ROOT.parent / "shared", ROOT / "shared"):
-        d = base / "corpus" / "seeds" / "cnn-benchmarks" / "outputs"
+    """The seeds' cnn-benchmarks files: the corpus beside the checkout, or a shared/ inside it."""
+    for corpus in (CORPUS, ROOT / "shared" / "corpus"):
+        d = corpus / "seeds" / "cnn-benchmarks" / "outputs"
         if d.is_dir():
             return d
     return None
