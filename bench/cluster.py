@@ -72,9 +72,10 @@ class Node:
 
 @dataclass
 class State:
-    """What the progress display shows: per node (label, done, running), left, total, ETA."""
+    """What the progress display shows: per node (label, done, running, left for its machine), and
+    all cases done, left, ETA."""
 
-    nodes: list[tuple[str, int, int]]
+    nodes: list[tuple[str, int, int, int]]
     done: int
     left: int
     eta_s: float
@@ -286,7 +287,9 @@ def run(ray: Any, nodes: list[Node], recs: dict[str, Recorder], *, isolate: bool
             done = sum(len(r) for r in rows.values())
             left = sum(map(len, todo.values())) + len(inflight)
             eta = (time.perf_counter() - started) / done * left if done else float("nan")
-            progress(State([(n.label, n.done, n.running) for n in nodes], done, left, eta))
+            busy = {m: sum(1 for x, _ in inflight.values() if x.machine == m) for m in todo}
+            progress(State([(n.label, n.done, n.running, len(todo[n.machine]) + busy[n.machine]) for n in nodes],
+                           done, left, eta))
     return rows
 
 

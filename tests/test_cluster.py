@@ -149,7 +149,7 @@ def test_a_node_lost_mid_sweep_loses_no_finished_row(ray_cluster, tmp_path, capl
     victim = extra.node_id[:8]
 
     def kill_when_busy(s: cluster.State) -> None:  # the extra node has finished a case and runs another
-        for label, done, running in s.nodes:
+        for label, done, running, _ in s.nodes:
             if victim in label and done >= 1 and running and not killed:
                 killed.append(label)
                 ray_cluster.remove_node(extra)
@@ -212,3 +212,12 @@ def test_report_sets_machines_side_by_side(tmp_path) -> None:  # type: ignore[no
     assert list(plots.glob("machines-fp32-inference-*.png"))
     single = CliRunner().invoke(app, ["report", str(tmp_path / "results" / "fakea")])
     assert single.exit_code == 0 and "Machines side by side" not in single.output
+
+
+def test_cluster_model_files_must_be_in_the_checkout(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, "ray", None)  # nothing here may start Ray
+    net = tmp_path / "net.prototxt"
+    net.write_text('input: "data" input_dim: 1 input_dim: 3 input_dim: 8 input_dim: 8\n')
+    r = CliRunner().invoke(app, ["bench", str(net), "--cluster", "local", "--out", str(tmp_path / "o" / "r.json")])
+    assert r.exit_code == 2 and "must be inside the zoo checkout" in r.output
+    assert not (tmp_path / "o").exists()

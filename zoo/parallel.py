@@ -142,6 +142,7 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
 
     from .benchmark import RESULTS, relative
 
+    build_kw = {**build_kw, "models": [_portable(m) for m in build_kw["models"]]}
     if resume and out_file is None:
         raise ConvertError("--resume needs --out DIR/RUN.json (the run to continue: each machine's "
                            "DIR/<machine>/RUN.json)")
@@ -173,6 +174,19 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
         out.print(f"results ({m}): {relative(rec.path)}", highlight=False)
 
 
+def _portable(spec: str) -> str:
+    """A model as every node can find it: a zoo name, or a file inside the zoo checkout, relative to it."""
+    from .catalogue import ROOT, find
+
+    if find(spec) is not None or not Path(spec).is_file():
+        return spec
+    try:
+        return str(Path(spec).resolve().relative_to(ROOT))
+    except ValueError:
+        raise ConvertError(f"{spec}: with --cluster a model file must be inside the zoo checkout ({ROOT}), "
+                           "where every node has its own copy") from None
+
+
 class _Display:
     """One progress display on the driver: a bar for all cases, a line per node (done, running)."""
 
@@ -195,8 +209,8 @@ class _Display:
         eta = "?" if math.isnan(s.eta_s) else f"{s.eta_s:.0f}s"
         self.bar.update(self.all, completed=s.done, total=s.done + s.left,
                         info=f"{s.done}/{s.done + s.left} done, {s.left} left, ETA {eta}")
-        for label, done, running in s.nodes:
+        for label, done, running, left in s.nodes:
             if label not in self.per:
                 self.per[label] = self.bar.add_task(label, total=None, info="")
             self.bar.update(self.per[label], completed=done, total=s.done + s.left,
-                            info=f"{done} done, {'running one' if running else 'idle'}")
+                            info=f"{done} done, {'1 running' if running else 'idle'}, {left} left on its machine kind")
