@@ -6,6 +6,7 @@ other, ops never import a frontend or api, and no project module imports itself 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     mods = project_modules()
     return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
