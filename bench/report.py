@@ -405,7 +405,7 @@ def markdown(runs: list[Run], figure_links: dict[str, str] | None = None) -> str
 
 # ---------------------------------------------------------------- CSV
 
-CSV_STATS = ("median_ms", "iqr_ms", "p5_ms", "p95_ms", "cv", "n")
+CSV_STATS = ("median_ms", "iqr_ms", "p5_ms", "p95_ms", "p90_ms", "p99_ms", "cv", "n")
 CSV_HEAD = ["run", "model", "runtime", "device", "precision", "layout", "batch", "mode", "protocol", "status",
             "reason"] + [f"{p}_{s}" for p in ("forward", "backward") for s in CSV_STATS] + [
             "total_ms", "images_per_s", "gflops_per_image", "achieved_tflops", "pct_of_peak", "max_rel_err",
