@@ -179,6 +179,8 @@ def set_up_node(prepare: Prepare, threads: int | None, gpu: int | None, device: 
     env["ray_node"] = {"id": node_id, "resources": resources}
     precisions = sorted({c.precision for c in cases if not c.status})
     env["gemm_peak"] = {device: {p: sweep.gemm_peak(device, p, threads, isolate) for p in precisions}}
+    for c in cases:  # % of peak: against this node's own GEMM rate
+        c.gemm_peak_tflops = env["gemm_peak"][device].get(c.precision, {}).get("tflops")
     return {"env": env, "cases": cases, "fingerprints": fingerprints(cases), "cwd": os.getcwd()}
 
 

@@ -124,6 +124,7 @@ def test_each_node_rows_carry_its_own_environment_and_gemm_peak(first_run) -> No
             assert node.machine == m and env == node.env
             assert f"accelerator_type:fake{m[-1].upper()}" in env["ray_node"]["resources"]
             assert env["gemm_peak"]["cpu"]["fp32"]["tflops"] > 0
+            assert node.cases[results.key(row)].gemm_peak_tflops == env["gemm_peak"]["cpu"]["fp32"]["tflops"]
     assert len({n.id for n in nodes}) == 2
 
 
