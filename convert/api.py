@@ -10,6 +10,7 @@ from typing import Any
 
 from . import artifacts
 from .caffe import frontend as caffe
+from .caffe import opencv as caffe_cv
 from .errors import BadModel, ConvertError
 from .fuse import fuse
 from .ir import Graph, Shape
@@ -17,6 +18,8 @@ from .limits import check_graph_memory
 from .loaded import Loaded, opencv_available, source_kind
 from .onnx_emit import provenance, replace_metadata
 from .torch7 import frontend as t7
+from .torch7 import opencv as t7cv
+from .verify import verify_sizes
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,6 @@ def convert(source: Path, weights: Path | None = None, out: Path = Path("outputs
 
 def reverify(art: Path) -> artifacts.Converted:
     """Re-run verification of an artifact directory and update its convert.json."""
-    from .verify import verify_sizes
-
     info_path = art / "convert.json"
     missing = [f for f in ("model.py", "model.onnx", "model.safetensors", "ir.json") if not (art / f).is_file()]
     if missing:
@@ -97,11 +98,7 @@ def _original_runner(g: Graph, art: Path) -> tuple[Any, list[str]]:
     if not source.is_file() or not opencv_available():
         return None, []
     if g.meta.get("framework") == "caffe":
-        from .caffe import opencv
-
         weights = Path(g.meta["weights"]) if g.meta.get("weights") else art / "random.caffemodel"
-        return opencv.runner(g, source, weights if weights.is_file() else None), \
+        return caffe_cv.runner(g, source, weights if weights.is_file() else None), \
             g.meta.get("opencv_known", [])
-    from .torch7 import opencv as t7cv
-
     return t7cv.runner(g, art), t7cv.known_deviations(g)

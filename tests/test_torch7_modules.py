@@ -334,7 +334,7 @@ def test_legacy_layouts() -> None:
     std = np.array([0.5, 2.0, 4.0], np.float32)
     g = graph_of(bn("nn.SpatialBatchNormalization", 3, affine=False, version=1, running_var=None,
                     running_std=std, eps=1e-3))
-    np.testing.assert_allclose(g.weights[f"{g.nodes[0].attr}.var"], std.astype(float) ** -2 - 1e-3,
+    np.testing.assert_allclose(g.weights[f"{g.nodes[0].attr}.running_var"], std.astype(float) ** -2 - 1e-3,
                                rtol=1e-6)
     legacy = M("nn.SpatialConvolution", nInputPlane=3, nOutputPlane=4, kW=3, kH=3, dW=1, dH=1,
                padding=1, weight=w(4, 3, 3, 3), bias=w(4))
@@ -432,14 +432,9 @@ def test_lua_definition_gets_random_t7_with_calibrated_stats(tmp_path: Path, mon
     """A Lua definition's tree (from the Lua runner, stood in for here) converts with its random
     weights; batch-norm statistics are calibrated and written back, so OpenCV reading random.t7
     sees the same network."""
-    import sys
-    import types
-
     # a definition is built in training mode (train = true); it is converted as deployed
     tree = seq(conv(padW=1, padH=1), bn("nn.SpatialBatchNormalization", 4, train=True), M("nn.ReLU"))
-    fake = types.ModuleType("convert.torch7.lua")
-    fake.run_definition = lambda path, args, seed: tree  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "convert.torch7.lua", fake)
+    monkeypatch.setattr("convert.torch7.frontend.run_definition", lambda path, args, seed: tree)
     src = tmp_path / "net.lua"
     src.write_text("-- stands in for a definition")
     loaded = load(src, {"input": X}, 3, {})
