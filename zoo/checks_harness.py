@@ -82,12 +82,14 @@ def repeat_check(rounds: int) -> dict[str, Any]:
     moves = {rt: runs[1][rt]["ratio"] / runs[0][rt]["ratio"] - 1 for rt in REPEAT_RUNTIMES}
     # the absolute medians of the same runtime across the two runs, for contrast
     drift = {rt: runs[1][rt]["median_ms"] / runs[0][rt]["median_ms"] - 1 for rt in REPEAT_RUNTIMES}
-    return {"model": REPEAT_MODEL, "batch": 1, "rounds": rounds, "baseline": "opencv", "runs": runs,
-            "ratio_change": moves, "median_change": drift,
+    from bench.interleave import WINDOW_S
+
+    return {"model": REPEAT_MODEL, "batch": 1, "rounds": rounds, "window_s": WINDOW_S, "baseline": "opencv",
+            "runs": runs, "ratio_change": moves, "median_change": drift,
             "passed": all(abs(m) <= TOLERANCE for m in moves.values())}
 
 
-def harness(rounds: int = 40, window_s: float = 0.15) -> dict[str, Any]:
+def harness(rounds: int = 40, window_s: float = 0.3) -> dict[str, Any]:
     from bench.env import physical_cores
 
 
