@@ -443,7 +443,7 @@ def test_lua_definition_gets_random_t7_with_calibrated_stats(tmp_path: Path, mon
     assert res.report["status"] == "verified" and v["opencv"]["ok"], v
     saved = load_t7(tmp_path / "out" / "random.t7").fields["modules"][2].fields
     attr = loaded.graph.nodes[1].attr
-    np.testing.assert_allclose(saved["running_var"], loaded.graph.weights[f"{attr}.var"])
+    np.testing.assert_allclose(saved["running_var"], loaded.graph.weights[f"{attr}.running_var"])
     assert saved["train"] is False and not loaded.graph.nodes[1].op.batch_stats
     assert loaded.graph.meta["weights"] is None and loaded.graph.meta["framework"] == "torch7"
 
