@@ -134,3 +134,4 @@ def test_corpus_check_with_jobs(tmp_path: Path, monkeypatch) -> None:  # type: i
     assert res["counts"] == {"verified": 2, "unsupported": 1} and res["unsupported_layer_types"] == {"NoSuchLayer": 1}
     assert [r["file"] for r in res["rows"]] == ["realworld/net0.prototxt", "realworld/net1.prototxt",
                                                  "seeds/odd.prototxt"]
+    assert (tmp_path / "checks" / "corpus.json").exists()  # written where the test said, not in outputs/
