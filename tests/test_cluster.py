@@ -211,6 +211,8 @@ def test_report_sets_machines_side_by_side(tmp_path) -> None:  # type: ignore[no
     assert "### fp32 · training · batch 1" in section and "F " in section and " / T " in section
     assert "fakea vs fakeb: CPU: CPU One vs CPU Two" in section
     assert list(plots.glob("machines-fp32-inference-*.png"))
+    page = CliRunner().invoke(app, ["report", str(tmp_path / "results"), "--format", "html"])
+    assert page.exit_code == 0 and "<h2>Machines side by side</h2>" in page.output and "fakeb test-sleep" in page.output
     single = CliRunner().invoke(app, ["report", str(tmp_path / "results" / "fakea")])
     assert single.exit_code == 0 and "Machines side by side" not in single.output
 

@@ -97,7 +97,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
                              accelerators=accelerators or [], all_accelerators=all_accelerators,
                              out_file=out_file, resume=resume, budget=budget, isolate=isolate, timeout=timeout,
                              one_line=_one_line, table=lambda rows: summary_table(rows, out.width))
-    if accelerators or all_accelerators:
+    if (accelerators or all_accelerators) and not cluster:
         raise ConvertError("--accelerator and --all-accelerators apply with --cluster")
     threads = threads or benv.physical_cores()
     left_out = {} if runtimes or quick else benchmark.left_out(device)
