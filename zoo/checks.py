@@ -180,6 +180,9 @@ def main(argv: list[str]) -> None:
     from .checks_artifacts import artifacts
 
     checks["artifacts"] = artifacts
+    from .checks_threads import threads  # how each runtime's threads must be set on a busy machine
+
+    checks["threads"] = threads
     try:
         from .checks_t7 import t7_speed  # noqa: PLC0415 (optional: present with the Torch7 frontend)
 
