@@ -9,6 +9,8 @@
     python -m zoo.checks mtcnn             # real trained MTCNN nets: model.py vs OpenCV on an image pyramid
     python -m zoo.checks list              # zoo list: wall time and peak RSS, cold and warm (zoo/checks_list.py)
     python -m zoo.checks artifacts         # ONNX node counts, eager model.py vs fx-folded (zoo/checks_artifacts.py)
+    python -m zoo.checks threads           # each runtime's thread settings, machine as is and one core busy
+    python -m zoo.checks gpu [--minutes 8] [--dry-run]  # the zoo on one CUDA device (zoo/checks_gpu.py)
 
 Results are printed and written as JSON under outputs/checks/.
 """
