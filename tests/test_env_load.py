@@ -71,7 +71,7 @@ def test_busy_processes_sees_others_but_not_ours() -> None:
         child.wait()
         os.kill(other, signal.SIGKILL)
     assert os.getpid() not in seen and child.pid not in seen
-    assert seen[other]["cpu_pct"] > 5  # a busy loop, even on a loaded machine
+    assert seen[other]["cpu_pct"] > 1  # a busy loop gets some CPU even on a loaded machine
 
 
 def test_capture_records_cpu_runtimes_and_load() -> None:
