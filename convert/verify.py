@@ -77,18 +77,21 @@ def run_torch(model_py: Path, feeds: dict[str, np.ndarray], g: Graph | None = No
     args = [torch.from_numpy(feeds[k]) for k in mod.INPUTS]
     captured: dict[str, Any] = {}
 
-    def profiler(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "return" and frame.f_code is type(net).forward.__code__:
-            captured.update(frame.f_locals)
+    def line(frame, event, arg):  # type: ignore[no-untyped-def]
+        captured.update(frame.f_locals)  # before each line: forward deletes values after their last use
+        return line
 
-    old = sys.getprofile()
+    def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+        return line if frame.f_code is type(net).forward.__code__ else None
+
+    old = sys.gettrace()
     if capture:
-        sys.setprofile(profiler)
+        sys.settrace(tracer)
     try:
         with torch.no_grad():
             res = net(*args)
     finally:
-        sys.setprofile(old)
+        sys.settrace(old)
     res = res if isinstance(res, tuple) else (res,)
     out = {k: v.numpy() for k, v in zip(mod.OUTPUTS, res)}
     if capture and g is not None:
