@@ -140,6 +140,11 @@ class Builder:
             if required:
                 raise m.fail(f"has no {key!r} tensor")
             return None
+        if not self.from_file and a.size > 1 and not any(a.strides):
+            # the Lua runner's size-only placeholder (seed None: zoo list/info): one value, kept as it is
+            if not np.isfinite(a.flat[0]):
+                raise m.fail(f"{key} contains NaN or Inf")
+            return a.astype(np.float32, copy=False)
         if self.from_file and a.base is None and a.size > 1:
             # t7file copies tensors whose storage is not laid out contiguously (e.g. w:t() saved)
             self.notes.append(f"{m.where}: {key} is stored non-contiguously, which OpenCV misreads")

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def _read(source: Path, lua: bool, args: dict[str, str], seed: int | None) -> Any:
     if lua:
-        return run_definition(source, args or None, 0 if seed is None else seed)
+        return run_definition(source, args or None, seed)  # seed None: size-only tensors
     try:
         return load_t7(source)
     except T7Error as e:

@@ -259,10 +259,12 @@ def _source(path: Path, name: str) -> bytes:
     return data
 
 
-def run_definition(path: Path, args: dict[str, str] | None = None, seed: int = 0,
+def run_definition(path: Path, args: dict[str, str] | None = None, seed: int | None = 0,
                    max_instructions: int = 200_000_000, max_seconds: float = 60.0,
                    *, max_memory: int = MAX_MEMORY) -> TorchObject:
-    """Run the definition script at ``path`` in the sandbox; returns its root module."""
+    """Run the definition script at ``path`` in the sandbox; returns its root module. ``seed`` None:
+    shapes only (zoo list/info), every tensor a read-only placeholder of its size that allocates
+    nothing (``np.broadcast_to`` of one value), so a definition costs no weight memory or time."""
     import lupa.lua54 as lupa
 
     name = str(path)
@@ -274,7 +276,7 @@ def run_definition(path: Path, args: dict[str, str] | None = None, seed: int = 0
         opt = lua.table_from({k.encode(): _lua_value(v) for k, v in (args or {}).items()})
         lua.execute(b"python = nil")  # lupa's helper table in the host globals: not even there
         status, result, printed = lua.execute(_SANDBOX.encode(), lib, source, opt, int(max_instructions),
-                                              float(max_seconds), time.monotonic, int(seed), MAX_VALUES,
+                                              float(max_seconds), time.monotonic, int(seed or 0), MAX_VALUES,
                                               name=b"=sandbox", mode=b"t")
         for line in _array(printed):
             log.info("%s: %s", name, _clean(_text(line))[:2000])
@@ -288,7 +290,8 @@ def run_definition(path: Path, args: dict[str, str] | None = None, seed: int = 0
             if result is None:
                 raise LuaError(f"{name}: the script returned no nn module (return the model, a function "
                                "building it, or set a global 'model')")
-            return _Converter(np.random.default_rng(seed), name).tree([_node(n) for n in _array(result)])
+            rng = None if seed is None else np.random.default_rng(seed)
+            return _Converter(rng, name).tree([_node(n) for n in _array(result)])
     except lupa.LuaMemoryError:
         pass
     raise LuaError(f"{name}: the script used more than {max_memory / 2**20:g} MiB of memory")
@@ -356,7 +359,7 @@ class _Converter:
     Iterative throughout (no recursion, whatever the nesting); tensors get their random values in the
     order a depth-first walk in field order meets them (weight, then bias, then the rest by name)."""
 
-    def __init__(self, rng: np.random.Generator, name: str) -> None:
+    def __init__(self, rng: np.random.Generator | None, name: str) -> None:
         self.rng, self.name = rng, name
         self.elements = 0
 
@@ -428,6 +431,8 @@ class _Converter:
         if reason:
             raise self.fail(reason)
         rng, init = self.rng, _text(init) if init else "zeros"
+        if rng is None and init != "data":  # shapes only: no values drawn, no memory taken
+            return np.broadcast_to(np.float32(0.0 if init == "zeros" else 1.0), shape)
         fan = fan if isinstance(fan, (int, float)) and not isinstance(fan, bool) else None
         if init == "he":
             weight = rng.standard_normal(shape, dtype=np.float32)
