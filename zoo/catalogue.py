@@ -86,9 +86,14 @@ def find(name: str) -> Entry | None:
 
 
 # `zoo list`: the figures of each entry are static (they follow from its definition file and the
-# converter), so they are kept in a small cache; a warm `zoo list` then imports neither torch nor
-# the converter, and runs no Lua definition.
+# converter). Those of the built-in zoo ship with the package (STATIC, keyed by the definition's bytes
+# and the entry's arguments only: tests/test_catalogue.py recomputes them, so a converter change that
+# alters one fails there); anything else (an edited definition) is computed once and kept in the
+# user's cache (keyed by the converter's sources too). Either way `zoo list` then imports neither
+# torch nor the converter, and runs no Lua definition.
+STATIC = Path(__file__).with_name("zoo-list.json")
 LIST_CACHE = ROOT / "outputs" / "cache" / "zoo-list.json"
+REGENERATE = "python -m zoo.checks list --regenerate"
 
 
 def status_of(name: str, out: Path) -> str:
@@ -112,9 +117,10 @@ def _code_key() -> str:
     return h.hexdigest()
 
 
-def _key(e: Entry, code: str) -> str:
+def _key(e: Entry, code: str = "") -> str:
+    """The definition's bytes and the entry's arguments (and ``code``, for the user's cache)."""
     h = hashlib.sha256(e.source.read_bytes())
-    h.update(json.dumps([code, e.args, e.input]).encode())
+    h.update(json.dumps([code, e.args, e.input] if code else [e.args, e.input]).encode())
     return h.hexdigest()
 
 
@@ -124,33 +130,54 @@ def entry_shapes(e: Entry) -> dict[str, tuple[int, ...]] | None:
 
 
 def _figures(e: Entry) -> dict[str, Any]:
-    from convert.api import load  # torch and the converter: only on a cache miss
+    from convert.api import load  # the converter: only for a definition the shipped figures do not cover
 
     g = load(e.source, None, entry_shapes(e), seed=None, args=dict(e.args)).graph
     batch = next(iter(g.inputs.values()))[0]
     return {"params": g.param_count(), "macs": g.macs() // batch}
 
 
-def list_rows(out: Path, cache: Path | None = None) -> list[dict[str, Any]]:
-    """name, source, input, params, macs (per image), status of every entry; figures from the cache
-    where their key matches, computed (and the cache rewritten) where not."""
-    cache = cache or LIST_CACHE
+def _read(path: Path) -> dict[str, Any]:
     try:
-        old = json.loads(cache.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
-        old = {}
-    old = old if isinstance(old, dict) else {}
-    code, new, rows = _code_key(), {}, []
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _hit(data: dict[str, Any], name: str, key: str) -> dict[str, Any] | None:
+    hit = data.get(name)
+    return hit if isinstance(hit, dict) and hit.get("key") == key else None
+
+
+def list_rows(out: Path, cache: Path | None = None, static: Path | None = STATIC) -> list[dict[str, Any]]:
+    """name, source, input, params, macs (per image), status of every entry; figures from the shipped
+    ones (``static``) or the user's ``cache`` where their key matches, computed (and the cache
+    rewritten) where neither does."""
+    cache = cache or LIST_CACHE
+    shipped = _read(static).get("models", {}) if static else {}
+    old = _read(cache)
+    code, new, rows = "", {}, []
     for e in CATALOGUE.values():
-        k = _key(e, code)
-        hit = old.get(e.name)
-        new[e.name] = hit if isinstance(hit, dict) and hit.get("key") == k else {"key": k, **_figures(e)}
+        figures = _hit(shipped, e.name, _key(e))
+        if figures is None:
+            code = code or _code_key()  # hashed only when needed: the shipped figures usually cover all
+            k = _key(e, code)
+            new[e.name] = figures = _hit(old, e.name, k) or {"key": k, **_figures(e)}
         source = e.source.relative_to(ROOT) if e.source.is_relative_to(ROOT) else e.source
         rows.append({"name": e.name, "source": str(source), "input": "x".join(map(str, e.input)),
-                     "params": new[e.name]["params"], "macs": new[e.name]["macs"], "status": status_of(e.name, out)})
-    if new != old:
+                     "params": figures["params"], "macs": figures["macs"], "status": status_of(e.name, out)})
+    if new and new != old:
         _save(cache, new)
     return rows
+
+
+def regenerate(static: Path = STATIC) -> dict[str, Any]:
+    """Recompute the built-in zoo's figures and write them to ``static`` (``REGENERATE``)."""
+    data = {"about": f"zoo list's figures of the built-in zoo; tests/test_catalogue.py checks them; {REGENERATE}",
+            "models": {e.name: {"key": _key(e), **_figures(e)} for e in CATALOGUE.values()}}
+    static.write_text(json.dumps(data, indent=1) + "\n")
+    return data
 
 
 def _save(cache: Path, data: dict[str, Any]) -> None:

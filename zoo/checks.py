@@ -7,7 +7,7 @@
     python -m zoo.checks fuzz --minutes N [--seed S]  # hostile/broken inputs to the CLI (zoo/fuzz.py)
     python -m zoo.checks disk [--quick]    # README command 1 (zoo bench --all): peak disk, time, RSS
     python -m zoo.checks mtcnn             # real trained MTCNN nets: model.py vs OpenCV on an image pyramid
-    python -m zoo.checks list              # zoo list: wall time and peak RSS, cold and warm (zoo/checks_list.py)
+    python -m zoo.checks list [--regenerate]  # zoo list: time and peak RSS cold/warm; or rewrite zoo/zoo-list.json
     python -m zoo.checks artifacts         # ONNX node counts, eager model.py vs fx-folded (zoo/checks_artifacts.py)
     python -m zoo.checks threads           # each runtime's thread settings, machine as is and one core busy
     python -m zoo.checks gpu [--minutes 8] [--dry-run]  # the zoo on one CUDA device (zoo/checks_gpu.py)
@@ -173,6 +173,10 @@ def main(argv: list[str]) -> None:
         from .checks_disk import disk
 
         return disk(argv[1:])
+    if argv[:1] == ["list"]:  # zoo list cold/warm, or --regenerate zoo/zoo-list.json (zoo/checks_list.py)
+        from .checks_list import main as list_main
+
+        return list_main(argv[1:])
     from .checks_harness import harness
     from .checks_list import list_speed
     from .checks_mtcnn import mtcnn
