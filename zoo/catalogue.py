@@ -155,7 +155,8 @@ def list_rows(out: Path, cache: Path | None = None, static: Path | None = STATIC
     ones (``static``) or the user's ``cache`` where their key matches, computed (and the cache
     rewritten) where neither does."""
     cache = cache or LIST_CACHE
-    shipped = _read(static).get("models", {}) if static else {}
+    shipped = _read(static).get("models") if static else {}
+    shipped = shipped if isinstance(shipped, dict) else {}
     old = _read(cache)
     code, new, rows = "", {}, []
     for e in CATALOGUE.values():
