@@ -10,6 +10,7 @@ by tens of percent; ratios measured in turns do not (the baseline's own row is c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,11 @@ class Line:
     floor: float  # the noise floor used (relative)
     verdict: str
     baseline: str = ""  # set when the interleaved ratios to this runtime were compared, not times
+
+    def side(self, which: str, fmt_time: Callable[[float, float], str]) -> str:
+        """A's or B's figure: its time per call (median, IQR), or on a ratio line its ratio to the baseline."""
+        x, iqr = (self.a_ms, self.a_iqr) if which == "A" else (self.b_ms, self.b_iqr)
+        return f"{x:.3g}× {self.baseline} time" if self.baseline else fmt_time(x, iqr)
 
 
 @dataclass

@@ -220,6 +220,9 @@ def test_interleaved_runs_compare_ratios_to_the_baseline_not_times() -> None:
     assert by["torch"].verdict == "slower" and by["torch"].ratio == pytest.approx(1.2, abs=0.03)
     assert by["torch"].lo > 1.1
     assert "2 of them compare interleaved ratios to the baseline (opencv)" in cmp.summary(c)
+    ms = lambda m, q: f"{m:.1f} ms"  # noqa: E731
+    assert by["onnxruntime"].side("A", ms) == f"{by['onnxruntime'].a_ms:.3g}× opencv time"
+    assert by["opencv"].side("B", ms).endswith(" ms")
 
 
 def test_ratios_to_different_baselines_compare_times() -> None:

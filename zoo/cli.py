@@ -362,8 +362,8 @@ def compare_cmd(
     for ln in c.lines:
         style = {"slower": "red", "faster": "green"}.get(ln.verdict, "")
         case = (printable(str(x), 60) for x in ln.case)  # model names are the user's text
-        table.add_row(*case, ln.part, fmt_ms({"median_ms": ln.a_ms, "iqr_ms": ln.a_iqr}),
-                      fmt_ms({"median_ms": ln.b_ms, "iqr_ms": ln.b_iqr}), cmp.fmt_ratio(ln),
+        ms = lambda m, q: fmt_ms({"median_ms": m, "iqr_ms": q})  # noqa: E731
+        table.add_row(*case, ln.part, ln.side("A", ms), ln.side("B", ms), cmp.fmt_ratio(ln),
                       f"{ln.floor * 100:.1f}%", Text(ln.verdict, style=style))
     out.print(f"A: {a}\nB: {b}", highlight=False)
     out.print(tables.fit(table, out.width, lambda: tables.compact_compare(c.lines, cmp.fmt_ratio)))

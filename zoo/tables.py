@@ -99,7 +99,8 @@ def compact_compare(lines: list[Any], fmt_ratio: Callable[[Any], str]) -> Group:
     for ln in lines:
         r = dict(zip(keys, ln.case))
         case.append(case_fields(r, ln.part))
-        cells.append([printable(str(r["model"]), 60), runtime(str(r["runtime"])), short_ms(ln.a_ms),
-                      short_ms(ln.b_ms), fmt_ratio(ln).replace(", ", ","), VERDICT_ABBREV.get(ln.verdict, ln.verdict)])
+        ms = lambda m, q: short_ms(m)  # noqa: E731
+        cells.append([printable(str(r["model"]), 60), runtime(str(r["runtime"])), ln.side("A", ms), ln.side("B", ms),
+                      fmt_ratio(ln).replace(", ", ","), VERDICT_ABBREV.get(ln.verdict, ln.verdict)])
     return compact(["model", "runtime", "A", "B", "B/A [95% CI]", "verdict"], cells, case,
                    ["A, B: median per call"])
