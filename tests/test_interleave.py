@@ -155,3 +155,19 @@ def test_a_budget_shrinks_the_rounds_to_fit() -> None:
     assert interleave.fit_rounds(12, 3600, cases) == 12  # plenty of time: as asked
     assert interleave.fit_rounds(12, 2 * (4.0 + 6 * 0.6), cases) == 6
     assert interleave.fit_rounds(12, 1, cases) == 3  # never below an interval's minimum
+
+
+def test_the_order_is_reversed_every_other_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def ask(self: Entrant, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if "window" in msg:
+            seen.append(self.label)
+            return {"samples_ms": [[10.0, 11.0, 12.0]]}
+        return {"status": "ok", "forward": summarize([10.0])}  # the final row
+
+    monkeypatch.setattr(interleave, "_open", lambda e, timeout: None)  # no worker processes here
+    monkeypatch.setattr(Entrant, "ask", ask)
+    rows = run_group([case("x"), case("y"), case("z")], labels=["a", "b", "c"], rounds=3)
+    assert seen == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert rows[2]["interleave"]["round_ms"] == [11.0] * 3 and rows[2]["interleave"]["order"] == ["a", "b", "c"]
