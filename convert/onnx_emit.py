@@ -360,8 +360,14 @@ def finish(g: Graph, art: Path, info: dict[str, Any], fp16: bool = False) -> Non
     its report in ``info["fp16"]``), then the metadata into each ONNX file (the graphs unchanged)."""
     params = art / "model.safetensors"
     if fp16:
-        write_fp16(art / "model.onnx", art / "model.fp16.onnx")
-        checked = info.get("status") != "unverified"
-        info["fp16"] = verify_fp16(g, art / "model.fp16.onnx") if checked else {"status": "unverified"}
-        append_metadata(art / "model.fp16.onnx", provenance(info, params, info["fp16"]))
+        half = art / "model.fp16.onnx"
+        try:
+            write_fp16(art / "model.onnx", half)
+        except Exception as e:  # noqa: BLE001 -- a graph the fp16 rewrite cannot take: said, not fatal
+            half.unlink(missing_ok=True)
+            info["fp16"] = {"status": "refused", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+        else:
+            checked = info.get("status") != "unverified"
+            info["fp16"] = verify_fp16(g, half) if checked else {"status": "unverified"}
+            append_metadata(half, provenance(info, params, info["fp16"]))
     append_metadata(art / "model.onnx", provenance(info, params))

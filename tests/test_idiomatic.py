@@ -162,3 +162,16 @@ def test_forward_frees_intermediates(tmp_path: Path) -> None:
     x = {"data": np.ones((2, 3, 13, 11), np.float32)}
     seen = run_torch(res.dir / "model.py", x, g, capture=True)
     assert set(seen) >= set(g.shapes)  # the intermediates are captured before they are deleted
+
+
+def test_fp16_refusal_is_reported_not_fatal(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from convert import onnx_emit
+
+    def refuse(src: Path, dst: Path) -> None:
+        dst.write_bytes(b"partial")
+        raise ValueError("no fp16 for this graph\nsecond line")
+
+    monkeypatch.setattr(onnx_emit, "write_fp16", refuse)
+    res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out", fp16=True)
+    assert res.ok and res.report["fp16"] == {"status": "refused", "reason": "ValueError: no fp16 for this graph"}
+    assert not (res.dir / "model.fp16.onnx").exists()

@@ -162,6 +162,11 @@ def convert_cmd(
                 if div.get("layer") is not None else f" ({div['backend']}: {div.get('reason')})"
             tell(err, "mismatch", "red", f"{t.name}{where}")
         out.print(printable(f"{t.name}: {info['status']} -> {res.dir}"))
+        if "fp16" in info:  # --fp16: model.fp16.onnx's own verification
+            f16 = info["fp16"]
+            err16 = _fmt(f16.get("backends", {}).get("onnxruntime", {}).get("max_rel"))
+            out.print(printable(f"{t.name}: model.fp16.onnx {f16['status']} (ONNX Runtime max rel {err16}) "
+                                f"{f16.get('reason', '')}".rstrip()))
     out.print(table)
     if failed:
         raise typer.Exit(1)
