@@ -194,6 +194,9 @@ DYNAMIC_OPS: list[tuple[Op, list[tuple[int, ...]], list[tuple[int, ...]]]] = [
     (Pool("sum", (3, 3), (2, 2), (1, 1), True, True), [X], [ODD]),
     (Pool("max", (4, 2), (3, 2), (2, 0), True, True), [X], [ODD]),  # pad > kernel / 2
     (Pool("max", (3, 3), (2, 2), (1, 1), True, False), [X], [ODD]),  # cudnn: never drops
+    (Pool("max", (3, 3), (2, 2), (0, 0), True, True), [X], [ODD]),  # no padding: ONNX's ceil_mode
+    (Pool("avg", (3, 3), (2, 2), (0, 0), True, False), [X], [ODD]),  # ... and its exclude-pad divisor
+    (Pool("avg", (2, 3), (2, 3), (0, 0), True, True), [X], [ODD]),  # stride == kernel, overhang
     (Pool("avg", (7, 9), (1, 1), (0, 0), whole=True), [X], [ODD]),
     (Pool("max", (7, 9), (1, 1), (0, 0), whole=True), [X], [ODD]),
     (Reshape((0, -1)), [X], [ODD]),

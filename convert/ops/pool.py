@@ -151,6 +151,13 @@ class Pool(Op):
         if self.static():
             self._onnx_static(b, x, outs)
             return
+        if not any(self.pad) and all(st <= kk for st, kk in zip(s, k)) and self.mode != "sum":
+            # no padding and windows no further apart than they are wide: no window can start past
+            # the input, so ONNX's own ceil_mode rounds exactly like this op at every size
+            extra = {"count_include_pad": 0} if self.mode == "avg" else {}
+            b.op("MaxPool" if self.mode == "max" else "AveragePool", [x], outs, kernel_shape=k, strides=s,
+                 ceil_mode=int(self.ceil), **extra)
+            return
         pads = b.op("Concat", [b.const([0, 0, *self.pad, 0, 0], "int64"), self._onnx_ends(b, x)], axis=0)
         if self.mode == "max":
             xp = b.op("Pad", [x, pads, b.const(-np.inf)])
