@@ -77,6 +77,39 @@ def test_every_runtime_matches_the_float64_reference(art: Path, name: str) -> No
     assert not np.allclose(other[0], outs[0])
 
 
+def test_tensorrt_fp16_case_builds_fp16_engines(art: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An fp16 TensorRT case asks TensorRT for fp16 engines from the fp32 graph (no GPU needed: the
+    session is a stand-in that records what it was given) and says so in its settings."""
+    import onnxruntime as ort
+
+    seen: dict[str, Any] = {}
+
+    class Session:
+        def __init__(self, model: Any, so: Any, providers: list[Any]) -> None:
+            seen.update(model=model, providers=providers)
+
+        def get_outputs(self) -> list[Any]:
+            return []
+
+        def get_providers(self) -> list[str]:
+            return [p[0] for p in seen["providers"]]
+
+        def get_provider_options(self) -> dict[str, dict[str, str]]:
+            return {p: {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in o.items()}
+                    for p, o in seen["providers"]}
+
+    monkeypatch.setattr(ort, "InferenceSession", Session)
+    trt = RUNTIMES["onnxruntime-trt"]
+    for precision, fp16 in (("fp16", True), ("fp32", False)):
+        case = case_for(art, "onnxruntime-trt", 1, device="cuda:0", precision=precision)
+        assert trt().providers(case)[0] == ("TensorrtExecutionProvider", {"device_id": 0, "trt_fp16_enable": fp16})
+        rt = trt()
+        rt.load(case)
+        assert seen["providers"][0][1]["trt_fp16_enable"] is fp16
+        assert seen["model"] == str(art / "model.onnx")  # the fp32 graph: TensorRT makes the fp16 engine
+        assert rt.settings()["trt_fp16_enable"] is fp16
+
+
 def test_openvino_records_its_thread_and_stream_settings(art: Path) -> None:
     rt = RUNTIMES["openvino"]()
     rt.load(case_for(art, "openvino", 1))

@@ -34,6 +34,7 @@ class OnnxRuntime(Runtime):
     """The CPU execution provider, or CUDA's with --gpu (IO binding)."""
 
     name = "onnxruntime"
+    rewrites_fp16 = True  # fp16: the graph is rewritten to fp16 weights and compute before loading
 
     def providers(self, case: dict[str, Any]) -> list[Any]:
         idx = cuda_index(case["device"])
@@ -66,7 +67,7 @@ class OnnxRuntime(Runtime):
         self.so = session_options(case["threads"])
         path = str(Path(case["artifact"]) / "model.onnx")
         model: Any = path
-        if case["precision"] == "fp16":
+        if case["precision"] == "fp16" and self.rewrites_fp16:
             from onnxruntime.transformers.float16 import convert_float_to_float16
 
             model = convert_float_to_float16(onnx.load(path), keep_io_types=True).SerializeToString()
@@ -116,6 +117,7 @@ class OnnxRuntimeTrt(OnnxRuntime):
     """ONNX Runtime's TensorRT execution provider, where the installed build has it."""
 
     name = "onnxruntime-trt"
+    rewrites_fp16 = False  # TensorRT builds fp16 engines itself from the fp32 graph (trt_fp16_enable)
 
     def providers(self, case: dict[str, Any]) -> list[Any]:
         idx = cuda_index(case["device"])
@@ -129,5 +131,7 @@ class OnnxRuntimeTrt(OnnxRuntime):
             case = {**case, "precision": "fp32"}
         return super().skip_reason(case)
 
-    def load(self, case: dict[str, Any]) -> None:
-        super().load({**case, "precision": "fp32"})
+    def settings(self) -> dict[str, Any]:
+        """Also whether TensorRT builds fp16 engines, as the session applied it (None: no TensorRT)."""
+        opts = self.sess.get_provider_options().get("TensorrtExecutionProvider")
+        return {**super().settings(), "trt_fp16_enable": None if opts is None else opts.get("trt_fp16_enable") == "1"}
