@@ -4,8 +4,10 @@ exceed a noise floor. Also the environment differences that make a comparison su
 
 Where both rows were timed interleaved against the same baseline runtime (bench/interleave.py), the
 runtime's *ratio to that baseline* is compared instead of its absolute time: B's ratio over A's, its
-interval from resampling each run's rounds. Absolute times of two sweeps on a shared machine drift
-by tens of percent; ratios measured in turns do not (the baseline's own row is compared by time)."""
+interval from block-resampling each run's rounds (consecutive rounds are correlated). Absolute times
+of two sweeps on a shared machine drift by tens of percent; ratios measured in turns do not. The
+baseline's own row is compared by time, for information only: it counts in no regression and in no
+geometric mean. Rows with different requests in flight (--concurrency) never pair."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import interleave
 from .results import ResultsError
 from .stats import ratio_ci, verdict
 
@@ -40,6 +43,7 @@ class Line:
     floor: float  # the noise floor used (relative)
     verdict: str
     baseline: str = ""  # set when the interleaved ratios to this runtime were compared, not times
+    informational: bool = False  # the interleaving baseline's own absolute time: not a verdict that counts
 
     def side(self, which: str, fmt_time: Callable[[float, float], str]) -> str:
         """A's or B's figure: its time per call (median, IQR), or on a ratio line its ratio to the baseline."""
@@ -56,11 +60,12 @@ class Comparison:
 
     def geomean(self, part: str | None = None) -> float | None:
         """Geometric mean of the ratios (of one part, or all): the typical change across cases."""
-        rs = [ln.ratio for ln in self.lines if part in (None, ln.part)]
+        rs = [ln.ratio for ln in self.lines if part in (None, ln.part) and not ln.informational]
         return math.exp(sum(map(math.log, rs)) / len(rs)) if rs else None
 
     def regressions(self, threshold_pct: float) -> list[Line]:
-        return [ln for ln in self.lines if ln.verdict == SLOWER and (ln.ratio - 1) * 100 > threshold_pct]
+        return [ln for ln in self.lines
+                if ln.verdict == SLOWER and (ln.ratio - 1) * 100 > threshold_pct and not ln.informational]
 
     def counts(self) -> dict[str, int]:
         return {v: sum(ln.verdict == v for ln in self.lines) for v in (SLOWER, FASTER, SAME)}
@@ -75,7 +80,7 @@ def match(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], any_runtim
     unmatched. Returns the pairs and the MATCH tuples of the unmatched rows of A and of B."""
     keys = tuple(k for k in MATCH if not (any_runtime and k == "runtime"))
     full = lambda r: (*(r.get(k) for k in (*keys, "runtime", "layout", "protocol")), r.get("concurrency") or 1)
-    short = lambda r: tuple(r.get(k) for k in keys)
+    short = lambda r: (*(r.get(k) for k in keys), r.get("concurrency") or 1)
     by_full = {full(r): r for r in rows_b}
     pairs, rest_a, used = [], [], set()
     for r in rows_a:
@@ -129,7 +134,9 @@ def compare(doc_a: dict[str, Any], doc_b: dict[str, Any], floor: float = 0.02, n
             if not (sa and sb and sa.get("samples_ms") and sb.get("samples_ms")):
                 c.not_timed.append(f"{label(case)} {part}: A {ra['status']}, B {rb['status']}")
                 continue
-            c.lines.append(_line(case, part, sa, sb, floor, n_boot))
+            ln = _line(case, part, sa, sb, floor, n_boot)
+            ln.informational = _own_baseline(ra, rb)
+            c.lines.append(ln)
     return c
 
 
@@ -139,6 +146,13 @@ def _line(case: tuple[Any, ...], part: str, sa: dict[str, Any], sb: dict[str, An
     f = noise_floor(sa, sb, floor)
     return Line(case, part, sa["median_ms"], sb["median_ms"], sa["iqr_ms"], sb["iqr_ms"], r, lo, hi, f,
                 verdict(r, lo, hi, f))
+
+
+def _own_baseline(ra: dict[str, Any], rb: dict[str, Any]) -> bool:
+    """Both rows timed interleaved, and this runtime is the baseline of both: its absolute time
+    drifts with the machine; only the others' ratios to it are measured well."""
+    ia, ib = ra.get("interleave") or {}, rb.get("interleave") or {}
+    return bool(ia and ib and ia.get("label") == ia.get("baseline") and ib.get("label") == ib.get("baseline"))
 
 
 def _ratio_line(case: tuple[Any, ...], ra: dict[str, Any], rb: dict[str, Any], floor: float,
@@ -151,7 +165,7 @@ def _ratio_line(case: tuple[Any, ...], ra: dict[str, Any], rb: dict[str, Any], f
         return None
     if not (ia.get("round_ratios") and ib.get("round_ratios")):
         return None
-    r, lo, hi = ratio_ci(np.asarray(ia["round_ratios"]), np.asarray(ib["round_ratios"]), n_boot=n_boot)
+    r, lo, hi = interleave.ratio_ci(ia["round_ratios"], ib["round_ratios"], n_boot=n_boot)
     part = "step" if ra.get("backward") else "forward"
     return Line(case, f"{part} / {base}", ia["ratio"], ib["ratio"], _iqr(ia["round_ratios"]),
                 _iqr(ib["round_ratios"]), r, lo, hi, floor, verdict(r, lo, hi, floor), base)
@@ -164,10 +178,15 @@ def _iqr(v: list[float]) -> float:
 
 def summary(c: Comparison) -> str:
     """'geometric mean of B/A: forward 1.031, backward 1.050, all 1.040 (slower: 1, ...)'."""
-    parts = list(dict.fromkeys(ln.part for ln in c.lines))
+    counted = [ln for ln in c.lines if not ln.informational]
+    parts = list(dict.fromkeys(ln.part for ln in counted))
     means = [f"{p} {c.geomean(p):.3f}" for p in parts] + ([f"all {c.geomean():.3f}"] if len(parts) > 1 else [])
     counts = ", ".join(f"{v}: {n}" for v, n in c.counts().items())
-    text = f"geometric mean of B/A over {len(c.lines)} timing(s): {', '.join(means)} ({counts})"
+    text = f"geometric mean of B/A over {len(counted)} timing(s): {', '.join(means) or '-'} ({counts})"
+    own = sorted({label(ln.case) for ln in c.lines if ln.informational})
+    if own:
+        text += (f"; the interleaving baseline's own time ({'; '.join(own)}) is informational, left out of the "
+                 "means and regressions")
     ratios = [ln for ln in c.lines if ln.baseline]
     if ratios:
         bases = ", ".join(sorted({ln.baseline for ln in ratios}))

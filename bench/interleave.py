@@ -5,14 +5,18 @@ ratios between runtimes measured *interleaved* hold. Each runtime (an "entrant")
 long-lived worker process (``python -m bench.interleave``, fed the case on stdin): it loads the model
 once, warms up (the policy's warm-up), then on each command of the parent times one short window
 (one untimed call, then samples for ``window_s`` seconds, at least one) and sends the samples back.
-The parent runs ``rounds`` rounds, every entrant one window per round, the order reversed every
-other round (ABC, CBA, ...). At the end each worker verifies its outputs and builds its results row
+The parent runs ``rounds`` rounds (at least 6, an even count), every entrant one window per round,
+the order reversed every other round (AB, BA, ...); with three or more entrants the order also
+rotates every two rounds (ABC, CBA, BCA, ACB, CAB, BAC, ...), so each takes every place alike.
+At the end each worker verifies its outputs and builds its results row
 from all its samples (the same fields as a one-case-per-process row), and the parent adds
 
-  interleave: {rounds, window_s, order (first round; reversed every other), entrants, baseline,
+  interleave: {rounds, window_s, order (first round; see order()), entrants, baseline,
                round_ms (this entrant's median step time per round), round_ratios (each round's
                median over the baseline's), ratio (their median: below 1 is faster than the
-               baseline), ratio_ci (95% percentile bootstrap over rounds, fixed seed)}
+               baseline), ratio_ci (95% percentile *block* bootstrap over consecutive rounds, fixed
+               seed: neighbouring rounds are correlated, see block_len), baseline_asked (only when
+               the --baseline runtime was not timed and another stood in)}
 
 Protocol: one JSON object per line; the worker answers every command with one line on its original
 stdout (anything the runtime prints goes to stderr). Commands: ``{"window": seconds}``,
@@ -22,6 +26,7 @@ stdout (anything the runtime prints goes to stderr). Commands: ``{"window": seco
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import subprocess
@@ -45,8 +50,10 @@ from .worker import base_row, case_env, error_row, finish_row, open_case
 
 ROUNDS = 12
 QUICK_ROUNDS = 6
+MIN_ROUNDS = 6  # an interval over rounds, resampled in blocks of 2, needs a few blocks
 WINDOW_S = 0.3
 N_BOOT = 2000
+WAIT_S = 10.0  # for a worker that closed its output to leave, before it is killed
 TIMED = ("ok", "unverified")  # rows with timings
 
 
@@ -115,19 +122,26 @@ class Entrant:
         assert self.proc and self.proc.stdin and self.proc.stdout
         try:
             if msg is not None:
-                self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-                self.proc.stdin.flush()
+                _write_all(self.proc.stdin, (json.dumps(msg) + "\n").encode())
             if not select.select([self.proc.stdout], [], [], timeout)[0]:
                 raise _Gone(f"timed out after {timeout:.0f} s")
             line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
             line = b""
         if not line:
-            code = self.proc.wait()
+            try:
+                code = self.proc.wait(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:  # closed its output but did not leave
+                self.proc.kill()
+                code = self.proc.wait()
             assert self.stderr
             self.stderr.seek(0)
             raise _Gone(death(code, self.stderr.read().decode(errors="replace")))
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except ValueError:
+            text = line.decode(errors="replace").strip()
+            raise _Gone(f"answered something that is not JSON: {text[:120]!r}") from None
 
     def stop(self) -> None:
         """End the worker: it leaves at the end of its input; killed if it does not."""
@@ -144,6 +158,23 @@ class Entrant:
         self.proc = self.stderr = None
 
 
+def _write_all(pipe: IO[bytes], data: bytes) -> None:
+    """Write all of ``data`` to an unbuffered pipe (a raw write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        n = pipe.write(view)
+        view = view[n or 0:]
+    pipe.flush()
+
+
+def order(live: list[Any], r: int) -> list[Any]:
+    """The entrants' order in round ``r``: reversed every other round; with three or more, also
+    rotated by one every two rounds (ABC, CBA, BCA, ACB, CAB, BAC), so no entrant keeps a place."""
+    k = (r // 2) % len(live) if len(live) > 2 else 0
+    turn = live[k:] + live[:k]
+    return turn if r % 2 == 0 else turn[::-1]
+
+
 def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: float = WINDOW_S,
               baseline: str | None = None, timeout_s: float = 900.0, labels: list[str] | None = None,
               on_round: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
@@ -155,7 +186,7 @@ def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: fl
             _open(e, timeout_s)
         for r in range(rounds):
             live = [e for e in ents if e.row is None]
-            for e in live if r % 2 == 0 else live[::-1]:
+            for e in order(live, r):
                 got = _call(e, {"window": window_s}, timeout_s)
                 if got:  # the median step (the phases summed) of this round
                     e.round_ms.append(float(np.median(np.sum(np.asarray(got["samples_ms"], np.float64), axis=0))))
@@ -199,13 +230,43 @@ def _open(e: Entrant, timeout: float) -> None:
 # ---- the statistics -----------------------------------------------------------------------
 
 
+def block_len(n: int) -> int:
+    """The block length of the bootstrap over ``n`` consecutive rounds: 2 up to 12 rounds, about
+    sqrt(n) above. Neighbouring rounds are correlated (the reversed order runs one entrant twice in a
+    row at each round boundary; a burst of load spans rounds): resampling single rounds as if they
+    were independent gives intervals too narrow (by ~1.3x on the committed A/A data)."""
+    return max(1, min(n, 2 if n <= 12 else round(math.sqrt(n))))
+
+
+def block_resample(values: list[float] | np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_boot`` circular moving-block bootstrap resamples of the series ``values`` (in round
+    order), each as long as it: blocks of block_len consecutive rounds, wrapping at the end."""
+    v = np.asarray(values, dtype=np.float64)
+    n = v.size
+    b = block_len(n)
+    starts = rng.integers(0, n, (n_boot, -(-n // b)))
+    idx = (starts[:, :, None] + np.arange(b)).reshape(n_boot, -1)[:, :n] % n
+    return v[idx]
+
+
 def median_ci(values: list[float] | np.ndarray, n_boot: int = N_BOOT, level: float = 0.95,
               seed: int = 0) -> tuple[float, float, float]:
-    """Median with a percentile bootstrap interval (resampling the values with replacement)."""
+    """Median of a series of rounds with a percentile block-bootstrap interval (block_resample)."""
     v = np.asarray(values, dtype=np.float64)
-    boot = np.median(np.random.default_rng(seed).choice(v, (n_boot, v.size)), axis=1)
+    boot = np.median(block_resample(v, n_boot, np.random.default_rng(seed)), axis=1)
     lo, hi = np.percentile(boot, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
     return float(np.median(v)), float(lo), float(hi)
+
+
+def ratio_ci(a: list[float] | np.ndarray, b: list[float] | np.ndarray, n_boot: int = N_BOOT,
+             level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """median(b) / median(a) of two series of rounds (two runs), each block-resampled on its own."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    ra = np.median(block_resample(a, n_boot, rng), axis=1)
+    rb = np.median(block_resample(b, n_boot, rng), axis=1)
+    lo, hi = np.percentile(rb / ra, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(np.median(b) / np.median(a)), float(lo), float(hi)
 
 
 def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | None) -> None:
@@ -224,6 +285,8 @@ def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | No
             "entrants": [x.label for x in timed], "label": e.label, "baseline": base.label,
             "round_ms": [round(x, 6) for x in e.round_ms], "round_ratios": [round(x, 6) for x in ratios],
             "ratio": r, "ratio_ci": [lo, hi]}
+        if baseline is not None and base.label != baseline:
+            e.row["interleave"]["baseline_asked"] = baseline
 
 
 def describe(rows: list[dict[str, Any]]) -> list[str]:
@@ -235,10 +298,16 @@ def describe(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for (model, device, precision, _, batch, mode, _, base), rs in groups.items():
         i = rs[0]["interleave"]
-        speeds = [f"{r['interleave']['label']} {speed(r['interleave'])}" for r in rs
+        mark = lambda r: " (unverified)" if r.get("status") != "ok" else ""  # noqa: E731
+        speeds = [f"{r['interleave']['label']}{mark(r)} {speed(r['interleave'])}" for r in rs
                   if r["interleave"]["label"] != base]
-        out.append(f"{model} {device} {precision} b{batch} {mode}, in turns ({i['rounds']} rounds of "
-                   f"{i['window_s']:g} s), speed against {base} [95% interval]: {', '.join(speeds) or '-'}")
+        base_row = next((r for r in rs if r["interleave"]["label"] == base), {"status": "ok"})
+        case = f"{model} {device} {precision} b{batch} {mode}"
+        if i.get("baseline_asked"):
+            out.append(f"warning: {case}: the baseline {i['baseline_asked']} was not timed (skipped or "
+                       f"failed); ratios are to {base} instead")
+        out.append(f"{case}, in turns ({i['rounds']} rounds of {i['window_s']:g} s), speed against "
+                   f"{base}{mark(base_row)} [95% interval]: {', '.join(speeds) or '-'}")
     return out
 
 
@@ -265,10 +334,17 @@ def in_turns(cases: list[Case]) -> set[int]:
     return {id(c) for g in groups.values() if len(g) > 1 and not Policy(**g[0].policy).fixed for c in g}
 
 
+def even_rounds(rounds: int) -> int:
+    """At least MIN_ROUNDS, rounded up to an even count (each order and its reverse alike often)."""
+    rounds = max(MIN_ROUNDS, rounds)
+    return rounds + rounds % 2
+
+
 def fit_rounds(rounds: int, budget_s: float, cases: list[Case]) -> int:
-    """Fewer rounds (at least 3) where a --budget leaves each case less time than ``rounds`` take."""
+    """Fewer rounds (at least MIN_ROUNDS, an even count) where a --budget leaves each case less time
+    than ``rounds`` take."""
     per_case = budget_s / max(sum(not c.status for c in cases), 1) - STARTUP_S
-    return max(3, min(rounds, int(per_case / (2 * WINDOW_S))))
+    return even_rounds(min(rounds, int(per_case / (2 * WINDOW_S))))
 
 
 def run(cases: list[Case], recorder: Recorder, *, rounds: int = ROUNDS, window_s: float = WINDOW_S,

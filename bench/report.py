@@ -31,7 +31,7 @@ from .results import ResultsError
 from .stats import tail
 
 log = logging.getLogger(__name__)
-OPTIONAL = ("layout", "batch", "mode", "protocol")  # columns only where they vary
+OPTIONAL = ("layout", "batch", "mode", "protocol", "concurrency")  # columns only where they vary
 EAGER = ("torch", "fp32")  # the PyTorch eager fp32 baseline of the summary
 OPENCV = ("opencv", "fp32")
 
@@ -102,7 +102,8 @@ def _unique_labels(runs: list[Run]) -> list[Run]:
 
 def all_rows(runs: list[Run]) -> list[Row]:
     """Every row, tagged with its run's label and machine (the CPU or GPU it ran on)."""
-    return [{**r, "run": run.label, "machine": machine(run.doc["env"], r["device"])}
+    return [{**r, "run": run.label, "machine": machine(run.doc["env"], r["device"]),
+             "concurrency": r.get("concurrency") or 1}  # rows record it only above 1
             for run in runs for r in run.doc["rows"]]
 
 
@@ -219,8 +220,10 @@ def _drop_empty(head: list[str], body: list[list[Cell]], names: tuple[str, ...])
 
 def constants(rows: list[Row]) -> str:
     """What all rows of a table share, said once above it (e.g. 'batch 16 · training')."""
-    fixed = [k for k in OPTIONAL if k not in _varying(rows, OPTIONAL)]
-    words = {"layout": "{}", "batch": "batch {}", "mode": "{}", "protocol": "protocol {}"}
+    fixed = [k for k in OPTIONAL if k not in _varying(rows, OPTIONAL)
+             and not (k == "concurrency" and (rows[0].get(k) or 1) == 1)]  # one request at a time: unsaid
+    words = {"layout": "{}", "batch": "batch {}", "mode": "{}", "protocol": "protocol {}",
+             "concurrency": "{} in flight"}
     return " · ".join(words[k].format(rows[0].get(k)) for k in fixed)
 
 
@@ -406,8 +409,8 @@ def markdown(runs: list[Run], figure_links: dict[str, str] | None = None) -> str
 # ---------------------------------------------------------------- CSV
 
 CSV_STATS = ("median_ms", "iqr_ms", "p5_ms", "p95_ms", "p90_ms", "p99_ms", "cv", "n")
-CSV_HEAD = ["run", "model", "runtime", "device", "precision", "layout", "batch", "mode", "protocol", "status",
-            "reason"] + [f"{p}_{s}" for p in ("forward", "backward") for s in CSV_STATS] + [
+CSV_HEAD = ["run", "model", "runtime", "device", "precision", "layout", "batch", "mode", "protocol", "concurrency",
+            "status", "reason"] + [f"{p}_{s}" for p in ("forward", "backward") for s in CSV_STATS] + [
             "total_ms", "images_per_s", "gflops_per_image", "achieved_tflops", "pct_of_peak", "max_rel_err",
             "tolerance"]
 
@@ -421,7 +424,7 @@ def csv_text(runs: list[Run]) -> str:
     for r in all_rows(runs):
         t, v = total(r), r.get("verification") or {}
         stats = [(r.get(p) or {}).get(s) for p in ("forward", "backward") for s in CSV_STATS]
-        w.writerow([r.get(k) for k in CSV_HEAD[:11]] + stats + [
+        w.writerow([r.get(k) for k in CSV_HEAD[:12]] + stats + [
             t[0] if t else None, r.get("images_per_s"), r.get("gflops_per_image"), r.get("achieved_tflops"),
             r.get("pct_of_peak"), v.get("max_rel"), v.get("tolerance")])
     return buf.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,11 @@ def test_interleaved_runs_compare_ratios_to_the_baseline_not_times() -> None:
     assert by["torch"].verdict == "slower" and by["torch"].ratio == pytest.approx(1.2, abs=0.03)
     assert by["torch"].lo > 1.1
     assert "2 of them compare interleaved ratios to the baseline (opencv)" in cmp.summary(c)
+    # the baseline's own time (30% slower: the machine) is information, not a regression or in a mean
+    assert by["opencv"].informational and not by["torch"].informational
+    assert [ln.case[1] for ln in c.regressions(5)] == ["torch"]
+    assert c.geomean() == pytest.approx(math.sqrt(by["onnxruntime"].ratio * by["torch"].ratio))
+    assert "baseline's own time (resnet50 opencv cuda:0 fp32 b16 inference) is informational" in cmp.summary(c)
     ms = lambda m, q: f"{m:.1f} ms"  # noqa: E731
     assert by["onnxruntime"].side("A", ms) == f"{by['onnxruntime'].a_ms:.3g}× opencv time"
     assert by["opencv"].side("B", ms).endswith(" ms")
@@ -239,3 +245,23 @@ def test_requests_in_flight_make_another_case() -> None:
     assert key(one) != key(two) and key(one) == key({**one, "concurrency": 1})
     c = cmp.compare(doc(one, two), doc(row(base() * 1.2), {**row(base() * 0.6), "concurrency": 2}))
     assert sorted(round(ln.ratio, 1) for ln in c.lines) == [1.0, 1.2]  # each paired with its own
+
+
+def test_rows_with_different_requests_in_flight_never_pair() -> None:
+    # the layouts differ too, so the exact keys do not match; the case alone would pair them
+    one = row(base())
+    two = {**row(base() * 0.6, layout="nhwc"), "concurrency": 2}
+    pairs, only_a, only_b = cmp.match([one], [two])
+    assert pairs == [] and len(only_a) == len(only_b) == 1
+    pairs, _, _ = cmp.match([one], [row(base(), layout="nhwc")])
+    assert len(pairs) == 1  # the same concurrency (1): they do pair
+
+
+def test_interleaved_ratios_are_compared_with_a_block_bootstrap() -> None:
+    from bench import interleave
+
+    steps = np.repeat([0.9, 1.1, 0.95, 1.05, 1.0, 1.0], 2)  # rounds that move in pairs
+    a = doc(interleaved(base(), "opencv", np.ones(12)), interleaved(base() * 0.6, "torch", steps * 0.6))
+    b = doc(interleaved(base(), "opencv", np.ones(12)), interleaved(base() * 0.6, "torch", steps[::-1] * 0.6))
+    ln = next(ln for ln in cmp.compare(a, b).lines if ln.baseline)
+    assert (ln.ratio, ln.lo, ln.hi) == interleave.ratio_ci(steps * 0.6, steps[::-1] * 0.6)

@@ -119,7 +119,8 @@ def test_sweep_interleaves_groups_and_records_rows(tmp_path: Path, monkeypatch: 
 
 @pytest.mark.parametrize("args, message", [
     (["--baseline", "tensorflow"], "--baseline 'tensorflow' is not one of the runtimes"),
-    (["--rounds", "2"], "--rounds must be at least 3"),
+    (["--rounds", "2"], "--rounds must be at least 6"),
+    (["--rounds", "3"], "--rounds must be at least 6"),
     (["--concurrency", "0"], "--concurrency must be at least 1"),
 ])
 def test_bad_interleave_options_are_exit_2(args: list[str], message: str) -> None:
@@ -154,10 +155,19 @@ def test_a_budget_shrinks_the_rounds_to_fit() -> None:
     cases = [Case(**{k: v for k, v in case(rt).items() if k != "plugin"}) for rt in ("test-sleep", "test-async")]
     assert interleave.fit_rounds(12, 3600, cases) == 12  # plenty of time: as asked
     assert interleave.fit_rounds(12, 2 * (4.0 + 6 * 0.6), cases) == 6
-    assert interleave.fit_rounds(12, 1, cases) == 3  # never below an interval's minimum
+    assert interleave.fit_rounds(12, 1, cases) == 6  # never below an interval's minimum
+    assert interleave.fit_rounds(12, 2 * (4.0 + 7.5 * 0.6), cases) == 8  # an even count
 
 
-def test_the_order_is_reversed_every_other_round(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rounds_asked_are_at_least_6_and_even() -> None:
+    from zoo.bench_cli import _check_interleave
+
+    assert _check_interleave(["torch", "opencv"], None, 7) == 8
+    assert _check_interleave(["torch", "opencv"], None, 6) == 6
+    assert _check_interleave(["torch", "opencv"], None, None) is None
+
+
+def test_the_order_is_reversed_every_other_round_and_rotates(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
 
     def ask(self: Entrant, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -168,6 +178,117 @@ def test_the_order_is_reversed_every_other_round(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(interleave, "_open", lambda e, timeout: None)  # no worker processes here
     monkeypatch.setattr(Entrant, "ask", ask)
-    rows = run_group([case("x"), case("y"), case("z")], labels=["a", "b", "c"], rounds=3)
-    assert seen == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
-    assert rows[2]["interleave"]["round_ms"] == [11.0] * 3 and rows[2]["interleave"]["order"] == ["a", "b", "c"]
+    rows = run_group([case("x"), case("y"), case("z")], labels=["a", "b", "c"], rounds=6)
+    assert "".join(seen) == "abc" "cba" "bca" "acb" "cab" "bac"  # every entrant in every place twice
+    assert rows[2]["interleave"]["round_ms"] == [11.0] * 6 and rows[2]["interleave"]["order"] == ["a", "b", "c"]
+    assert [interleave.order(["a", "b"], r) for r in range(4)] == [["a", "b"], ["b", "a"]] * 2
+
+
+def _ar1(n: int, phi: float, rng: np.random.Generator) -> np.ndarray:
+    x = np.zeros(n)
+    for t in range(1, n):
+        x[t] = phi * x[t - 1] + rng.standard_normal()
+    return 1.0 + 0.02 * x
+
+
+def test_block_bootstrap_is_wider_than_iid_on_correlated_rounds() -> None:
+    """Neighbouring rounds correlated (lag-1 ~ +0.5): resampling single rounds understates the
+    interval; blocks of consecutive rounds do not."""
+    def widening(n: int) -> float:
+        rng = np.random.default_rng(7)
+        wider = []
+        for _ in range(100):
+            v = _ar1(n, 0.5, rng)
+            _, lo, hi = median_ci(v, n_boot=500)
+            iid = np.median(np.random.default_rng(0).choice(v, (500, v.size)), axis=1)
+            ilo, ihi = np.percentile(iid, [2.5, 97.5])
+            wider.append((hi - lo) / (ihi - ilo))
+        return float(np.mean(wider))
+
+    assert widening(40) > 1.15  # blocks of 6
+    assert widening(12) > 1.0  # blocks of 2: only a little wider with so few rounds
+
+
+def test_block_resample_takes_consecutive_rounds() -> None:
+    assert [interleave.block_len(n) for n in (3, 6, 12, 16, 40)] == [2, 2, 2, 4, 6]
+    v = np.arange(12.0)
+    got = interleave.block_resample(v, 50, np.random.default_rng(0))
+    assert got.shape == (50, 12)
+    pairs = got.reshape(50, 6, 2)
+    assert np.all(pairs[:, :, 1] == (pairs[:, :, 0] + 1) % 12)  # blocks of 2, wrapping at the end
+    _, lo, hi = interleave.ratio_ci(v + 10, 2 * (v + 10))
+    assert lo < 2.0 < hi
+
+
+def test_a_worker_answering_garbage_or_not_leaving_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    def entrant(code: str) -> Entrant:
+        e = Entrant("x", {})
+        e.stderr = tempfile.TemporaryFile()
+        e.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=e.stderr, bufsize=0)
+        return e
+
+    e = entrant("print('Traceback (most recent call last):')")
+    with pytest.raises(interleave._Gone, match="not JSON"):
+        e.ask(None, 10)
+    e.stop()
+    monkeypatch.setattr(interleave, "WAIT_S", 0.2)
+    e = entrant("import os, time; os.close(1); time.sleep(60)")  # closes its answers, stays
+    with pytest.raises(interleave._Gone):
+        e.ask(None, 10)
+    assert e.proc is not None and e.proc.returncode is not None  # killed, not waited on forever
+    e.stop()
+
+
+def test_a_command_is_written_whole() -> None:
+    class Pipe:
+        def __init__(self) -> None:
+            self.got, self.flushed = b"", False
+
+        def write(self, data: memoryview) -> int:
+            self.got += bytes(data[:3])  # a raw pipe may take part of it
+            return min(3, len(data))
+
+        def flush(self) -> None:
+            self.flushed = True
+
+    p = Pipe()
+    interleave._write_all(p, b'{"window": 0.3}\n')  # type: ignore[arg-type]
+    assert p.got == b'{"window": 0.3}\n' and p.flushed
+
+
+def test_unverified_runtimes_and_a_missing_baseline_are_said() -> None:
+    def ents(*spec: tuple[str, str]) -> list[Entrant]:
+        out = []
+        for k, (lb, status) in enumerate(spec):
+            row = {k2: v for k2, v in case(lb).items() if k2 in KEY}
+            e = Entrant(lb, {}, row={**row, "status": status})
+            e.round_ms = [10.0 * (k + 1)] * 6
+            out.append(e)
+        return out
+
+    es = ents(("opencv", "ok"), ("torch", "unverified"))
+    attach(es, 6, 0.3, "onnxruntime")  # asked for, but not timed (skipped)
+    warn, line = describe([e.row for e in es])
+    assert warn.startswith("warning: ") and "baseline onnxruntime was not timed" in warn and "opencv" in warn
+    assert "torch (unverified) 0.50" in line and "against opencv [" in line, line
+    es = ents(("opencv", "unverified"), ("torch", "ok"))
+    attach(es, 6, 0.3, None)
+    (line,) = describe([e.row for e in es])
+    assert "against opencv (unverified)" in line and "torch 0.50" in line, line
+
+
+def test_aa_check_needs_both_entrants_timed() -> None:
+    from zoo.checks_harness import aa_failure
+
+    timed = {"status": "ok", "interleave": {"baseline": "onnxruntime#1"}}
+    assert aa_failure(timed, timed, "onnxruntime#1") is None
+    err = {"status": "error", "reason": "worker exited with code -9"}
+    why = aa_failure(err, timed, "onnxruntime#1")  # the first failed: b has no ratio to it
+    assert why and "entrant 1: error: worker exited with code -9 (no interleaved timing)" in why
+    assert "entrant 2: ok" in why
+    assert aa_failure(timed, {"status": "ok", "interleave": {"baseline": "other"}}, "onnxruntime#1")

@@ -271,3 +271,27 @@ def test_total_combines_spreads() -> None:
     assert t == pytest.approx(r["forward"]["median_ms"] + r["backward"]["median_ms"])
     assert iqr == pytest.approx(math.hypot(r["forward"]["iqr_ms"], r["backward"]["iqr_ms"]))
     assert np.isclose(r["images_per_s"], 16 / t * 1000)
+
+
+def test_requests_in_flight_are_a_column_a_summary_group_and_in_the_csv() -> None:
+    one, two = row("alexnet", "onnxruntime", fwd=24.0), {**row("alexnet", "onnxruntime", fwd=40.0), "concurrency": 4}
+    slow = {**row("alexnet", "torch", fwd=30.0), "concurrency": 4}
+    rs = [report.Run("c.json", validate({"schema_version": 1, "env": ENV, "rows": [one, two, slow]}))]
+    head, body = report.summary_table(report.all_rows(rs))
+    assert "concurrency" in head and len(body) == 2  # one fastest per requests in flight
+    k = head.index("concurrency")
+    assert sorted(r[k][0] for r in body) == ["1", "4"]
+    text = report.render(rs, "md")
+    assert "None" not in text
+    got = list(csv.DictReader(io.StringIO(report.csv_text(rs))))
+    assert [r["concurrency"] for r in got] == ["1", "4", "4"]
+    single = report.render([report.Run("s.json", validate({"schema_version": 1, "env": ENV, "rows": [one]}))], "md")
+    assert "in flight" not in single  # one request at a time is not said
+
+
+def test_the_fastest_is_a_verified_runtime() -> None:
+    rows = [row("alexnet", "torch", fwd=30.0),
+            row("alexnet", "onnxruntime", fwd=10.0, status="unverified", reason="differs", max_rel=0.5)]
+    rs = [report.Run("v.json", validate({"schema_version": 1, "env": ENV, "rows": rows}))]
+    head, body = report.summary_table(report.all_rows(rs))
+    assert body[0][head.index("fastest")][1] == "torch"

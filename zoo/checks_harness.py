@@ -8,10 +8,13 @@ batch 1 with zoo's thread count, results in outputs/checks/harness.json:
 
 * A/A: one runtime (ONNX Runtime) entered twice in one interleaved group, on AlexNet and on
   ResNet-18: the ratio of the two must be 1 within its 95% interval, and the interval narrower
-  than +-5%.
+  than +-5%. Both entrants must be timed (else FAIL, with both rows' status and reason).
 * repeat: two separate ``zoo bench`` invocations (fresh processes, the second after the first)
   time AlexNet on ONNX Runtime, OpenCV and PyTorch interleaved; each runtime's ratio to OpenCV must
   agree between the two within 5%.
+
+Both run at the rounds ``zoo bench`` uses by default (bench.interleave.ROUNDS; the sweeps are
+plain ``zoo bench`` invocations without --rounds), so the check certifies what users get.
 
 The machine's load average is recorded before and after; a busy machine widens the intervals (it
 is the condition this mode is for), the final numbers belong to a quiet one.
@@ -46,8 +49,10 @@ def aa_check(model: str, rounds: int, window_s: float, threads: int) -> dict[str
                               batches=[1], threads=threads)
     a, b = run_group([case.to_dict()] * 2, labels=["onnxruntime#1", "onnxruntime#2"], rounds=rounds,
                      window_s=window_s)
-    if "interleave" not in b:
-        raise SystemExit(f"A/A {model}: {b.get('status')}: {b.get('reason')}")
+    failed = aa_failure(a, b, "onnxruntime#1")
+    if failed:
+        return {"model": model, "runtime": "onnxruntime", "batch": 1, "rounds": rounds, "window_s": window_s,
+                "passed": False, "failure": failed}
     i = b["interleave"]
     lo, hi = i["ratio_ci"]
     return {"model": model, "runtime": "onnxruntime", "batch": 1, "rounds": rounds, "window_s": window_s,
@@ -57,10 +62,21 @@ def aa_check(model: str, rounds: int, window_s: float, threads: int) -> dict[str
             "passed": lo <= 1.0 <= hi and 1 - TOLERANCE < lo and hi < 1 + TOLERANCE}
 
 
-def sweep_ratios(out: Path, rounds: int) -> dict[str, Any]:
-    """One ``zoo bench`` invocation (a fresh process): each runtime's interleaved ratio to OpenCV."""
-    args = [sys.executable, "-m", "zoo.cli", "bench", REPEAT_MODEL, "--rounds", str(rounds), "--keep",
-            "--out", str(out)]
+def aa_failure(a: dict[str, Any], b: dict[str, Any], first: str) -> str | None:
+    """Why an A/A pair cannot be judged (None when it can): both rows must be timed in turns, the
+    second against the first."""
+    ok = all(r.get("status") in ("ok", "unverified") and r.get("interleave") for r in (a, b))
+    if ok and (b.get("interleave") or {}).get("baseline") == first:
+        return None
+    return "; ".join(f"entrant {k}: {r.get('status')}: {r.get('reason', '')}"
+                     + ("" if r.get("interleave") else " (no interleaved timing)")
+                     for k, r in ((1, a), (2, b)))
+
+
+def sweep_ratios(out: Path) -> dict[str, Any]:
+    """One ``zoo bench`` invocation (a fresh process, the default rounds): each runtime's interleaved
+    ratio to OpenCV."""
+    args = [sys.executable, "-m", "zoo.cli", "bench", REPEAT_MODEL, "--keep", "--out", str(out)]
     for rt in REPEAT_RUNTIMES:
         args += ["--runtime", rt]
     p = subprocess.run(args, capture_output=True, text=True, timeout=1800)
@@ -78,7 +94,7 @@ def sweep_ratios(out: Path, rounds: int) -> dict[str, Any]:
 
 def repeat_check(rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="zoo-harness-") as tmp:
-        runs = [sweep_ratios(Path(tmp) / f"run{k}.json", rounds) for k in (1, 2)]
+        runs = [sweep_ratios(Path(tmp) / f"run{k}.json") for k in (1, 2)]
     moves = {rt: runs[1][rt]["ratio"] / runs[0][rt]["ratio"] - 1 for rt in REPEAT_RUNTIMES}
     # the absolute medians of the same runtime across the two runs, for contrast
     drift = {rt: runs[1][rt]["median_ms"] / runs[0][rt]["median_ms"] - 1 for rt in REPEAT_RUNTIMES}
@@ -89,15 +105,20 @@ def repeat_check(rounds: int) -> dict[str, Any]:
             "passed": all(abs(m) <= TOLERANCE for m in moves.values())}
 
 
-def harness(rounds: int = 40, window_s: float = 0.3) -> dict[str, Any]:
+def harness(window_s: float | None = None) -> dict[str, Any]:
     from bench.env import physical_cores
+    from bench.interleave import ROUNDS, WINDOW_S
 
+    rounds, window_s = ROUNDS, window_s or WINDOW_S  # what `zoo bench` uses by default
 
     threads, started, load0 = physical_cores(), time.perf_counter(), os.getloadavg()
     aa = []
     for m in AA_MODELS:
         aa.append(aa_check(m, rounds, window_s, threads))
         r = aa[-1]
+        if r.get("failure"):
+            print(f"A/A {m:9s} onnxruntime twice: not timed ({r['failure']}) -> FAIL", flush=True)
+            continue
         print(f"A/A {m:9s} onnxruntime twice: ratio {r['ratio']:.4f} [{r['ratio_ci'][0]:.4f}, "
               f"{r['ratio_ci'][1]:.4f}] -> {'pass' if r['passed'] else 'FAIL'}", flush=True)
     rep = repeat_check(rounds)
