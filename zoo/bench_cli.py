@@ -102,7 +102,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     threads = threads or benv.physical_cores()
     left_out = {} if runtimes or quick else benchmark.left_out(device)
     runtimes = runtimes or benchmark.default_runtimes(device, quick)
-    _check_interleave(runtimes, baseline, rounds)
+    rounds = _check_interleave(runtimes, baseline, rounds)
     if concurrency < 1:
         raise ConvertError(f"--concurrency must be at least 1, got {concurrency}")
     asked_rounds, rounds = rounds, rounds or (interleaved.QUICK_ROUNDS if quick else interleaved.ROUNDS)
@@ -173,11 +173,14 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     out.print(f"results: {benchmark.relative(path)}", highlight=False)
 
 
-def _check_interleave(runtimes: list[str], baseline: str | None, rounds: int | None) -> None:
+def _check_interleave(runtimes: list[str], baseline: str | None, rounds: int | None) -> int | None:
+    """The options checked (exit 2 on a bad one); --rounds rounded up to an even count."""
     if baseline is not None and baseline not in runtimes:
         raise ConvertError(f"--baseline {baseline!r} is not one of the runtimes timed ({', '.join(runtimes)})")
-    if rounds is not None and rounds < 3:
-        raise ConvertError(f"--rounds must be at least 3 (an interval over rounds needs them), got {rounds}")
+    if rounds is not None and rounds < interleaved.MIN_ROUNDS:
+        raise ConvertError(f"--rounds must be at least {interleaved.MIN_ROUNDS} (an interval over rounds "
+                           f"needs them), got {rounds}")
+    return None if rounds is None else interleaved.even_rounds(rounds)
 
 
 def _not_planned(out: Console, left_out: dict[str, str], per_runtime: int) -> None:
