@@ -42,7 +42,8 @@ def test_bn_scale_is_one_standard_batchnorm(tmp_path: Path) -> None:
     res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out")
     assert res.ok, res.report
     src = (res.dir / "model.py").read_text()
-    assert "nn.BatchNorm2d(6, eps=0.001)  # bn + sc" in src and "nn.Linear(" in src and "nn.Conv2d(" in src
+    assert "nn.BatchNorm2d(6, eps=0.001, momentum=0.001)  # bn + sc" in src  # Caffe's default moving average
+    assert "nn.Linear(" in src and "nn.Conv2d(" in src
     assert "class " not in src.split("class Net")[0]  # no custom module classes
     m = onnx.load(str(res.dir / "model.onnx"))
     ops = [n.op_type for n in m.graph.node]
@@ -86,7 +87,8 @@ def test_lone_batchnorm_and_lone_scale(tmp_path: Path) -> None:
     res = convert(_net(tmp_path, text), out=tmp_path / "out")
     assert res.ok, res.report
     src = (res.dir / "model.py").read_text()
-    assert "nn.BatchNorm2d(6, eps=0.001, affine=False)  # bn" in src and "Affine(" in src  # not per-channel
+    assert "nn.BatchNorm2d(6, eps=0.001, momentum=0.001, affine=False)  # bn" in src
+    assert "Affine(" in src  # not per-channel
     assert _const_reshapes(onnx.load(str(res.dir / "model.onnx"))) == 0
 
 
@@ -120,12 +122,23 @@ def test_torch7_batchnorm_maps_to_the_same_module(tmp_path: Path) -> None:
     lua.write_text("local m = nn.Sequential()\n"
                    "m:add(nn.SpatialConvolution(3, 4, 3, 3)):add(nn.SpatialBatchNormalization(4, 1e-3))\n"
                    "m:add(nn.ReLU()):add(nn.View(-1):setNumInputDims(3)):add(nn.Linear(4 * 5 * 5, 3))\n"
-                   "m:add(nn.BatchNormalization(3))\n"
+                   "m:add(nn.BatchNormalization(3, nil, 0.3))\n"
                    "return m\n")
     res = convert(lua, out=tmp_path / "out", shapes={"input": (2, 3, 7, 7)})
     assert res.ok, res.report
     src = (res.dir / "model.py").read_text()
-    assert "nn.BatchNorm2d(4, eps=0.001)" in src and "nn.BatchNorm1d(3)" in src and "Affine(" not in src
+    assert "nn.BatchNorm2d(4, eps=0.001)" in src and "nn.BatchNorm1d(3, momentum=0.3)" in src and "Affine(" not in src
+
+
+@pytest.mark.parametrize(("fraction", "momentum"), [(None, 0.001), (0.9, 0.1), (0.99, 0.01)])
+def test_caffe_batchnorm_momentum_is_one_minus_the_moving_average_fraction(
+        tmp_path: Path, fraction: float | None, momentum: float) -> None:
+    """Fine-tuning model.py moves the running statistics as Caffe would (inference unaffected)."""
+    bn = BN if fraction is None else BN.replace("eps: 0.001", f"eps: 0.001 moving_average_fraction: {fraction}")
+    res = convert(_net(tmp_path, HEAD + CONV + bn + SCALE + TAIL), out=tmp_path / "out")
+    assert res.ok, res.report
+    net = import_model(res.dir / "model.py").load()
+    assert [m.momentum for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)] == [momentum]
 
 
 def test_fp16_variant(tmp_path: Path) -> None:

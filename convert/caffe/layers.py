@@ -178,7 +178,10 @@ def batch_norm(b: Builder, L: Layer) -> None:
                           and (w["running_var"] + np.float32(bp.eps) >= 0).all()):
         raise b.fail(f"mean and variance (stored sums over the scale factor {f:g}) must be finite, "
                      "and variance + eps must not be negative")
-    node = b.node(BatchNorm(eps=bp.eps, batch_stats=batch, rank=len(b.shape())), weights=w)
+    # Caffe's running statistics keep moving_average_fraction of themselves per step: PyTorch's momentum is
+    # the rest (its shortest float32 spelling first: 0.999 -> 0.001, not 0.0009999871)
+    momentum = float(f"{1 - float(str(np.float32(bp.moving_average_fraction))):.9g}")
+    node = b.node(BatchNorm(eps=bp.eps, batch_stats=batch, rank=len(b.shape()), momentum=momentum), weights=w)
     b.bn_blobs[node.attr] = (mean, var, f)
 
 

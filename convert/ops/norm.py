@@ -105,6 +105,8 @@ class BatchNorm(Op):
     bias only when ``affine``: Caffe BatchNorm + Scale fused by convert/fuse.py, Torch7 BN).
     With ``batch_stats`` the mean and (biased) variance come from the batch itself (Caffe
     use_global_stats: false, Torch7 training): then no statistics are stored.
+    ``momentum``: how much of a batch's statistics the running ones take in training (PyTorch's
+    and Torch7's convention; Caffe's is 1 - moving_average_fraction); inference does not use it.
 
     PyTorch: ``nn.BatchNorm1d/2d/3d`` by ``rank`` (the input's), whose state_dict keys are the roles.
     """
@@ -115,6 +117,7 @@ class BatchNorm(Op):
     batch_stats: bool = False
     rank: int = 4
     affine: bool = False
+    momentum: float = 0.1
 
     def roles(self) -> tuple[str, ...]:
         return (() if self.batch_stats else self.stats) + (("weight", "bias") if self.affine else ())
@@ -151,6 +154,7 @@ class BatchNorm(Op):
         c = next(iter(w.values()))[0]
         dims = {2: 1, 3: 1, 4: 2, 5: 3}.get(self.rank, 3)  # beyond 5-D: its tensors, called functionally
         args = [str(c)] + ([f"eps={fmt(self.eps)}"] if self.eps != 1e-5 else [])
+        args += [f"momentum={fmt(self.momentum)}"] if self.momentum != 0.1 and not self.batch_stats else []
         args += [] if self.affine else ["affine=False"]
         args += ["track_running_stats=False"] if self.batch_stats else []
         return f"nn.BatchNorm{dims}d({', '.join(args)})"
@@ -160,7 +164,7 @@ class BatchNorm(Op):
             return f"F.batch_norm({args[0]}, None, None, training=True, eps={fmt(self.eps)})"
         if self.rank > 5:
             return (f"F.batch_norm({args[0]}, {mod}.running_mean, {mod}.running_var, {mod}.weight, {mod}.bias, "
-                    f"{mod}.training or {mod}.running_mean is None, 0.0, {mod}.eps)")
+                    f"{mod}.training or {mod}.running_mean is None, {mod}.momentum, {mod}.eps)")
         return f"{mod}({args[0]})"
 
     def onnx(self, b, ins, outs, w):  # type: ignore[no-untyped-def]

@@ -370,7 +370,8 @@ def batch_norm(b: Builder, m: Mod, x: Value) -> Value:
     batch = b.from_file and _truthy(m.get("train"))
     if batch:
         b.note(m, "OpenCV uses the running statistics of a batch norm saved in training mode")
-    y = b.node(m, BatchNorm(eps, batch, rank=4 if "Spatial" in m.cls else 2), [x],
+    bn = BatchNorm(eps, batch, rank=4 if "Spatial" in m.cls else 2, momentum=float(m.num("momentum", 0.1)))
+    y = b.node(m, bn, [x],
                {"running_mean": mean, "running_var": var})
     b.bn_trees[b.g.nodes[-1].attr] = m.obj
     w, bias = b.weight(m, "weight", required=False), b.weight(m, "bias", required=False)
