@@ -63,7 +63,7 @@ def convert(source: Path, weights: Path | None = None, out: Path = Path("outputs
     except ConvertError as e:
         raise ConvertError(f"{source}: {e}") from None
     return artifacts.write(loaded.graph, dest, loaded.extra, loaded.opencv, loaded.known_opencv,
-                           check=check, fp16=fp16)
+                           check=check, fp16=fp16, fold=fold)
 
 
 def reverify(art: Path) -> artifacts.Converted:

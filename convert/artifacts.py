@@ -73,8 +73,9 @@ class Converted:
 
 def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
           opencv_factory: Callable[[Path], Any] | None = None, known_opencv: list[str] | None = None,
-          check: bool = True, title: str = "", fp16: bool = False) -> Converted:
-    """Write, verify and move into place the artifacts of ``g`` at ``dest`` (``fp16``: and model.fp16.onnx)."""
+          check: bool = True, title: str = "", fp16: bool = False, fold: bool = False) -> Converted:
+    """Write, verify and move into place the artifacts of ``g`` at ``dest`` (``fp16``: and model.fp16.onnx;
+    ``fold``: recorded in convert.json, the graph was loaded with conv + BN folding)."""
     check_name(dest.name)
     check_replaceable(dest)
     try:
@@ -95,7 +96,7 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         write_seconds = time.perf_counter() - started
         report = verify_sizes(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
             if check else {"status": "unverified"}
-        info = summary(g, report, write_seconds)
+        info = summary(g, report, write_seconds) | {"fold": fold}
         finish(g, tmp, info, fp16)  # metadata (source, fingerprint, verification) into the ONNX
         (tmp / "convert.json").write_text(dump_json(info))
         tmp.chmod(0o755)

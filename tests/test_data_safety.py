@@ -390,8 +390,8 @@ def test_a_model_moved_aside_by_a_killed_run_is_put_back(tmp_path: Path) -> None
 
 
 def test_bench_never_removes_a_folder_it_did_not_write(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Without --keep, zoo bench removes what it converted; a folder of the user's where the model would
-    go makes that model an error row and stays as it was."""
+    """Without --keep, zoo bench removes what it converted, in a folder of its own; a folder of the user's
+    where the model would go is left as it was."""
     from zoo import benchmark
 
     monkeypatch.chdir(tmp_path)
@@ -402,5 +402,33 @@ def test_bench_never_removes_a_folder_it_did_not_write(tmp_path: Path, monkeypat
     p = benchmark.plan(["small.prototxt"], runtimes=["torch"], precisions=["fp32"], layouts=["nchw"], batches=[1])
     case = p.live(p.cases[0])
     p.release()
-    assert case.status == "error" and "not a zoo model folder" in case.reason
+    assert case.status == "" and Path(case.artifact) != mine
     assert (mine / "thesis.tex").read_text() == "years of work"
+    assert [p.name for p in mine.parent.iterdir()] == ["small-1x3x8x8"]
+
+
+def test_bench_refuses_two_models_of_one_name(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows and plans are keyed by model name: a/net and b/net would overwrite each other's."""
+    monkeypatch.chdir(tmp_path)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "net.prototxt").write_text(NET)
+    r = CliRunner().invoke(app, ["bench", "a/net.prototxt", "b/net.prototxt", "--runtime", "torch", "--dry-run"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "two models named 'net': a/net.prototxt and b/net.prototxt" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    one = CliRunner().invoke(app, ["bench", "a/net.prototxt", "--runtime", "torch", "--dry-run"])
+    r = CliRunner().invoke(app, ["bench", "a/net.prototxt", "./a/net.prototxt", "--runtime", "torch", "--dry-run"])
+    assert r.exit_code == 0 and r.output.count(" net ") == one.output.count(" net ") > 0, r.output
+
+
+def test_bench_does_not_take_a_folded_conversion_for_its_own(tmp_path: Path) -> None:
+    from zoo import benchmark
+
+    src = tmp_path / "small.prototxt"
+    src.write_text(NET)
+    plain, folded = (convert(src, out=tmp_path / d, fold=f).dir for d, f in (("plain", False), ("folded", True)))
+    shapes = {"data": [1, 3, 8, 8]}
+    assert json.loads((folded / "convert.json").read_text())["fold"] is True
+    assert benchmark._fresh(plain, src, shapes, 0) is not None
+    assert benchmark._fresh(folded, src, shapes, 0) is None

@@ -4,7 +4,10 @@ runtimes that cannot run here are one line, not rows; ``zoo clean``; the disk ch
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench import results
+from convert import isolate
 from zoo import benchmark, checks_disk
 from zoo.cli import app
 
@@ -39,12 +43,14 @@ def test_each_model_is_removed_after_its_cases(models: list[str]) -> None:
     p = benchmark.plan(models, **KW)
     first, second = (next(c for c in p.cases if c.model == m and c.runtime == "opencv") for m in ("first", "second"))
     live = p.live(first)
-    assert live.status == "" and (_art("first") / "model.onnx").is_file()
+    art = Path(live.artifact)  # in this run's own folder, never the usual one
+    assert live.status == "" and (art / "model.onnx").is_file() and not _art("first").exists()
+    assert art.parent.name.startswith(isolate.temp_prefix("tmp")) and art.name == _art("first").name
     assert live.original and Path(live.original["weights"]).is_file()  # the seeded caffemodel OpenCV reads
-    p.live(second)  # the next model: the first one's folder is gone before the second is converted
-    assert not _art("first").exists() and _art("second").is_dir()
+    second_art = Path(p.live(second).artifact)  # the next model: the first one's folder is gone before
+    assert not art.parent.exists() and second_art.is_dir()
     p.release()
-    assert not _art("second").exists() and not any(Path("outputs/cache").iterdir())
+    assert not second_art.exists() and not any(Path("outputs/cache").iterdir())
 
 
 def test_keep_leaves_the_cache_and_the_cache_is_used(models: list[str]) -> None:
@@ -131,3 +137,103 @@ def test_disk_sampler_sees_the_peak_and_the_end(tmp_path: Path) -> None:
     r = checks_disk.sample([sys.executable, "-c", script], tmp_path / "work", tmp_path / "log", every_s=0.1)
     assert r["exit_code"] == 0 and r["peak_disk_bytes"] >= 3 << 20 and r["final_disk_bytes"] < 1 << 20
     assert r["peak_tree_rss_bytes"] > 1 << 20 and r["max_process_rss_bytes"] > 1 << 20
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _created(d: Path) -> tuple[str, int]:
+    info = json.loads((d / "convert.json").read_text())
+    return info["created"], info["seed"]
+
+
+@pytest.fixture
+def default_shape(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The models' own shape counts as the catalogue's: bench's folder is outputs/models/NAME, zoo convert's."""
+    monkeypatch.setattr(benchmark, "_is_default", lambda t, shapes: True)
+    return Path("outputs/models/first")
+
+
+def test_a_folder_converted_with_other_options_is_never_removed(models: list[str], default_shape: Path) -> None:
+    """zoo convert first --seed 1; zoo bench first: the seed-1 folder is not fresh for bench, which converts
+    into a folder of its own and leaves the user's as it was."""
+    assert CliRunner().invoke(app, ["convert", models[0], "--seed", "1"]).exit_code == 0
+    before = _created(default_shape)
+    p = benchmark.plan(models[:1], **KW)
+    live = p.live(p.cases[1])  # opencv: its original file too
+    assert live.status == "" and Path(live.artifact) != default_shape
+    p.release()
+    assert _created(default_shape) == before and (default_shape / "random.caffemodel").is_file()
+    assert not any(Path("outputs/cache").iterdir())
+
+
+def test_keep_never_replaces_a_folder_it_did_not_write(models: list[str], default_shape: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert CliRunner().invoke(app, ["convert", models[0], "--seed", "1"]).exit_code == 0
+    before = _created(default_shape)
+    p = benchmark.plan(models[:1], keep=True, **KW)
+    assert p.live(p.cases[0]).status == ""
+    p.release()
+    assert _created(default_shape) == before and not any(Path("outputs/cache").iterdir())
+    assert "--keep: outputs/models/first holds another conversion" in capsys.readouterr().err  # zoo's log
+    shutil.rmtree(default_shape)  # nothing there: --keep leaves this run's conversion there
+    p = benchmark.plan(models[:1], keep=True, **KW)
+    p.live(p.cases[0])
+    p.release()
+    assert _created(default_shape)[1] == 0 and not any(Path("outputs/cache").iterdir())
+
+
+def test_a_folder_that_appears_during_the_run_is_never_removed(models: list[str], default_shape: Path) -> None:
+    """`zoo convert first` (or another zoo bench) while this bench times it: the folder is theirs."""
+    p = benchmark.plan(models[:1], **KW)
+    p.live(p.cases[0])
+    assert CliRunner().invoke(app, ["convert", models[0]]).exit_code == 0
+    theirs = _created(default_shape)
+    p.release()
+    assert _created(default_shape) == theirs and not any(Path("outputs/cache").iterdir())
+
+
+def test_the_folder_of_a_killed_run_is_removed_by_the_next(models: list[str]) -> None:
+    left = Path("outputs/cache") / f"zoo-tmp-{isolate.HOST}-{_dead_pid()}-abc123" / "first-1x3x12x12"
+    left.mkdir(parents=True)
+    (left / "model.onnx").write_bytes(b"half")
+    p = benchmark.plan(models[:1], **KW)
+    p.live(p.cases[0])
+    assert not left.parent.exists()
+    p.release()
+
+
+def test_an_original_file_is_written_whole_or_not_at_all(models: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    p = benchmark.plan(models[:1], keep=True, **KW)
+    weights = Path(p.live(p.cases[1]).original["weights"])
+    p.release()
+    weights.unlink()
+    real = benchmark.load
+
+    def killed_midway(*a: object, **k: object) -> object:
+        def half(d: Path) -> None:
+            (d / "random.caffemodel").write_bytes(b"half a caffemodel")
+            raise KeyboardInterrupt
+
+        return dataclasses.replace(real(*a, **k), extra=half)
+
+    monkeypatch.setattr(benchmark, "load", killed_midway)
+    p = benchmark.plan(models[:1], **KW)
+    with pytest.raises(KeyboardInterrupt):
+        p.live(p.cases[1])
+    assert not weights.exists() and sorted(f.name for f in weights.parent.iterdir() if "zoo-tmp" in f.name) == []
+
+
+def test_build_keeps_every_artifact_its_cases_name(models: list[str], default_shape: Path) -> None:
+    """build() makes every case live before any runs (cluster nodes): a model converted into the run's own
+    folder, its usual one being another conversion, is still there when the later models are ready."""
+    for m in models:
+        assert CliRunner().invoke(app, ["convert", m, "--seed", "1"]).exit_code == 0
+    before = [_created(Path("outputs/models") / n) for n in ("first", "second")]
+    cases = benchmark.build(models, **KW)
+    assert {c.model for c in cases} == {"first", "second"}
+    assert all(c.status == "" and (Path(c.artifact) / "model.onnx").is_file() for c in cases)
+    assert [_created(Path("outputs/models") / n) for n in ("first", "second")] == before

@@ -3,11 +3,14 @@ source is unchanged), float64 reference outputs for the benchmark inputs, and th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from convert import __version__, artifacts, reference
 from convert.api import load
 from convert.errors import ConvertError
 from convert.ir import Graph, Node
+from convert.isolate import clean_stale, temp_prefix
 
 from .catalogue import CATALOGUE, ROOT
 from .pipeline import MODELS, Target, default_shapes, resolve
@@ -105,22 +109,27 @@ def strip_ops(g: Graph, kinds: tuple[str, ...]) -> Graph:
 
 
 def _fresh(art: Path, source: Path, shapes: dict[str, list[int]], seed: int) -> dict[str, Any] | None:
-    """convert.json of a cached artifact if it still matches the source, shapes and seed."""
+    """convert.json of a cached artifact if it still matches the source, shapes and seed, and is the plain
+    conversion bench makes: seeded random weights, no --fold (a convert.json without "fold" predates it)."""
     try:
         info = json.loads((art / "convert.json").read_text())
     except (OSError, ValueError):
         return None
     same = (info.get("source_fingerprint") == artifacts.fingerprint(str(source.resolve()))
             and info.get("zoo_version") == __version__ and info.get("seed") == seed
+            and info.get("fold") is False and info.get("weights") == "random (seeded)"
+            and info.get("weights_fingerprint") is None
             and all(info["inputs"].get(k) == list(v) for k, v in shapes.items()))
     return info if same else None
 
 
 def prepare(t: Target, shape: tuple[int, ...] | None, strip: tuple[str, ...], seed: int,
-            written: list[Path] | None = None) -> Prepared:
+            written: list[Path], private: Callable[[], Path], keep: bool = False) -> Prepared:
     """Convert (or reuse) the artifact of ``t`` at input ``shape`` (batch 1 unless the graph needs
-    its real batch), verified; convnet-benchmarks variants are stripped. A folder converted now is
-    added to ``written``."""
+    its real batch), verified; convnet-benchmarks variants are stripped. Its usual folder (outputs/models/NAME,
+    or outputs/cache/NAME-NxCxHxW[-STRIPPED]) is reused when fresh and never written otherwise: a conversion
+    goes into ``private()`` (this run's own folder) and is added to ``written``; with ``keep`` it is then
+    moved to the usual folder when nothing is there (else it stays private, removed after its cases)."""
     if shape:
         first = next(iter(load(t.source, None, default_shapes(t, None), seed=None, args=t.args).graph.inputs))
         shapes = {first: shape}
@@ -136,17 +145,37 @@ def prepare(t: Target, shape: tuple[int, ...] | None, strip: tuple[str, ...], se
     art = MODELS / t.name if default else CACHE / f"{t.name}-{tag}{'-' + '-'.join(strip) if strip else ''}"
     info = _fresh(art, t.source, {k: list(v) for k, v in shapes.items()}, seed)
     if info is None:
+        usual = art
         try:
+            art = private() / art.name
             info = _convert(t, art, shapes, strip, seed)
         except ConvertError as e:
             return Prepared(t, art, {}, "error", f"conversion failed: {e}")
-        if written is not None:
-            written.append(art)
+        except OSError as e:  # this run's own folder could not be made
+            return Prepared(t, art, {}, "error", f"conversion failed: {CACHE}: {e.strerror or e}")
+        written.append(art)
+        if keep:
+            art = _adopt(art, usual)
     if info["status"] != "verified":
         div = info["verification"].get("first_divergence") or {}
         where = f" (first divergence: layer {div.get('layer')!r})" if div else ""
         return Prepared(t, art, info, "unverified", f"conversion did not verify{where}")
     return Prepared(t, art, info)
+
+
+def _adopt(art: Path, usual: Path) -> Path:
+    """--keep: ``art`` (this run's) moved to ``usual`` when nothing is there; a folder there (the user's, a
+    conversion with other options, another run's) is never replaced: ``art`` then stays where it is."""
+    if not os.path.lexists(usual):
+        try:
+            usual.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(art, usual)  # a folder that appeared meanwhile (not empty) makes this fail: nothing lost
+            return usual
+        except OSError:
+            pass
+    log.warning("--keep: %s holds another conversion (other options, another run's, or not zoo's) and is "
+                "left as it is; this run converts %s into a folder of its own, not kept", usual, art.name)
+    return art
 
 
 def _is_default(t: Target, shapes: dict[str, tuple[int, ...]]) -> bool:
@@ -291,12 +320,23 @@ def targets_for(specs: list[str], all_: bool, proto: Protocol, layers: bool, qui
     if all_:
         return [resolve(n) for n in (proto.models or CATALOGUE)]
     if specs:
-        return [resolve(s) for s in specs]
+        return _unique([resolve(s) for s in specs])
     if proto.models:
         return [resolve(n) for n in proto.models]
     if quick:
         return [resolve(n) for n in QUICK_MODELS]
     raise ConvertError("name models (zoo names or files), or give --all, --quick or --layers")
+
+
+def _unique(ts: list[Target]) -> list[Target]:
+    """``ts`` less exact repeats; two different models of one name (rows are keyed by it) -> ConvertError."""
+    seen: dict[str, Target] = {}
+    for t in ts:
+        other = seen.setdefault(t.name, t)
+        if other is not t and (other.source.resolve(), other.args) != (t.source.resolve(), t.args):
+            raise ConvertError(f"two models named {t.name!r}: {other.source} and {t.source} (results are kept "
+                               "by model name); rename one of the files")
+    return list(seen.values())
 
 
 def plan(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers: bool = False,
@@ -331,6 +371,7 @@ def plan(specs: list[str], *, all_: bool = False, protocol: str = "zoo", layers:
 def build(specs: list[str], *, dry_run: bool = False, **kw: Any) -> list[Case]:
     """All cases of a sweep, every model converted and verified first (unless ``dry_run``)."""
     p = plan(specs, keep=True, **kw)
+    p.hold = True  # every case made live before any runs: its artifact must outlive the next model's start
     return p.cases if dry_run else [p.live(c) for c in p.cases]
 
 
@@ -338,9 +379,10 @@ def build(specs: list[str], *, dry_run: bool = False, **kw: Any) -> list[Case]:
 class Plan:
     """A sweep planned model by model: ``live(case)`` converts (or takes from the cache) the case's model
     when its first case is about to run; when the next model starts, or at ``release()``, what this run
-    wrote for the previous one is removed unless ``keep``: its converted folder, and the original files
-    OpenCV reads (seeded random caffemodel, .t7 of a Lua definition), regenerated exactly when missing.
-    A model taken from the cache stays (only a regenerated original file of it goes)."""
+    wrote for the previous one is removed unless ``keep``: its converted folder (always in a folder of this
+    run's own, see ``prepare``), and the original files OpenCV reads (seeded random caffemodel, .t7 of a Lua
+    definition), regenerated exactly when missing. A folder that was there before stays (only a regenerated
+    original file of it goes)."""
 
     proto: Protocol
     seed: int
@@ -350,7 +392,9 @@ class Plan:
     jobs: dict[tuple[str, int], tuple[Target, tuple[int, ...] | None]] = field(default_factory=dict)
     _model: str = ""
     _ready: dict[int, dict[str, Any]] = field(default_factory=dict)  # batch -> the live fields of its cases
+    hold: bool = False  # build(): this run's own folders stay while it lives (the next run removes them)
     _written: list[Path] = field(default_factory=list)  # this run's files of the current model
+    _private: Path | None = None  # this run's folder for the current model's conversions (outputs/cache/zoo-tmp-*)
 
     def live(self, case: Case) -> Case:
         """``case`` with its model converted and verified (the fields a worker needs filled in)."""
@@ -367,11 +411,20 @@ class Plan:
         return c
 
     def _prepare(self, t: Target, shape: tuple[int, ...] | None, batch: int) -> Prepared:
-        p = prepare(t, shape, self.proto.strip, self.seed, self._written)
+        p = prepare(t, shape, self.proto.strip, self.seed, self._written, self._folder, self.keep)
         dims = next(iter(p.info["inputs"].values()), None) if p.info else None
         if dims and not p.info.get("dynamic_batch") and dims[0] != batch:
-            p = prepare(t, (batch, *dims[1:]), self.proto.strip, self.seed, self._written)
+            p = prepare(t, (batch, *dims[1:]), self.proto.strip, self.seed, self._written, self._folder, self.keep)
         return p
+
+    def _folder(self) -> Path:
+        """This run's own folder for conversions, made when first needed; named as a temporary of this
+        process, so a later run removes it if this one is killed."""
+        if self._private is None:
+            CACHE.mkdir(parents=True, exist_ok=True)
+            clean_stale(CACHE)
+            self._private = Path(tempfile.mkdtemp(prefix=temp_prefix("tmp"), dir=CACHE))
+        return self._private
 
     def _original(self, c: Case) -> None:
         """The original file OpenCV reads, written again (same seed, same numbers) when it is missing."""
@@ -382,19 +435,34 @@ class Plan:
         info = json.loads((art / "convert.json").read_text())
         t = self.jobs[(c.model, c.batch)][0]
         log.info("writing %s again for OpenCV", path)
-        self._written.append(path)
-        load(t.source, None, {k: tuple(v) for k, v in info["inputs"].items()}, info["seed"], t.args).extra(art)
+        loaded = load(t.source, None, {k: tuple(v) for k, v in info["inputs"].items()}, info["seed"], t.args)
+        clean_stale(art)  # what a killed run left here
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix("tmp", path.name), dir=art))  # a killed run: no half file
+        try:
+            loaded.extra(tmp)
+            try:
+                os.link(tmp / path.name, path)  # atomic, and never over a file another run wrote meanwhile
+            except FileExistsError:
+                return
+            except OSError:  # no hard links here
+                os.replace(tmp / path.name, path)
+            self._written.append(path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def release(self) -> None:
-        """Remove what this run wrote for the current model (unless ``keep``)."""
+        """Remove what this run wrote for the current model (unless ``keep``) and its own folder: never a
+        folder that was there before (the user's, or another run's)."""
         if not self.keep:
             for path in self._written:
-                if path.is_dir():
-                    if artifacts.is_model_dir(path):
-                        shutil.rmtree(path, ignore_errors=True)
-                else:
+                if not path.is_dir():
                     path.unlink(missing_ok=True)
-        self._model, self._ready, self._written = "", {}, []
+        if self._private is not None and not self.hold:
+            shutil.rmtree(self._private, ignore_errors=True)
+        elif self._private is not None:
+            with contextlib.suppress(OSError):
+                self._private.rmdir()  # only when empty: every conversion in it went to its usual folder
+        self._model, self._ready, self._written, self._private = "", {}, [], None
 
 
 def _describe_only(t: Target, hw: int | None) -> Prepared:
