@@ -16,6 +16,7 @@ when none is left; a finished row is saved as it arrives and is never lost.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -35,7 +36,9 @@ from .worker import base_row
 
 log = logging.getLogger(__name__)
 MISSING = "--cluster needs Ray, which is not installed: pip install -e '.[cluster]'"
-ARTIFACT_FILES = ("ir.json", "model.safetensors")  # what a conversion produced: its graph and weights
+# what a conversion produced (its graph, weights, ONNX and PyTorch code), compared across nodes
+ARTIFACT_FILES = ("ir.json", "model.safetensors", "model.onnx", "model.py")
+HOST_META = ("source", "weights")  # ir.json's meta fields that name this host's files: not compared
 MAX_LOST = 2  # a case lost with its node this often is an error row, not retried again
 Prepare = Callable[[int | None], list[Case]]  # (threads or None: the node's cores) -> the node's cases
 
@@ -51,6 +54,7 @@ class Node:
     id: str
     cpus: int
     accelerator: str | None
+    gpus: int = 0  # with --gpu: the node's GPUs, all reserved by each of its tasks
     machine: str = ""
     env: dict[str, Any] = field(default_factory=dict)
     cases: dict[tuple[Any, ...], Case] = field(default_factory=dict)
@@ -92,7 +96,7 @@ def session(address: str) -> Iterator[Any]:
     kw: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
     try:
         if address == "local":
-            ray.init(include_dashboard=False, **kw)
+            ray.init(address="local", include_dashboard=False, **kw)  # never RAY_ADDRESS's cluster
         else:
             ray.init(address=address, **kw)
     except Exception as e:  # Ray's connection errors have no common class; the message says what failed
@@ -113,21 +117,69 @@ def _art(c: Case) -> str:
 
 
 def fingerprints(cases: list[Case]) -> dict[str, str]:
-    """sha256 of each artifact's graph and weights, keyed by the artifact's folder name."""
+    """Each artifact's fingerprint (``artifact_fingerprint``), keyed by the artifact's folder name."""
     out: dict[str, str] = {}
     for c in cases:
         name = _art(c)
         if not name or name in out or c.status:
             continue
-        h = hashlib.sha256()
-        for f in ARTIFACT_FILES:
-            p = Path(c.artifact) / f
-            if p.is_file():
-                with open(p, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
-                        h.update(block)
-        out[name] = h.hexdigest()
+        out[name] = artifact_fingerprint(Path(c.artifact))
     return out
+
+
+def artifact_fingerprint(d: Path) -> str:
+    """sha256 of what a conversion produced, without what names the host: the graph (ir.json less
+    meta.source and meta.weights), the weights, the ONNX model less its metadata_props (provenance,
+    verification errors) and model.py less its header docstring (the source's path). Two checkouts
+    at different paths agree; an older or different conversion does not."""
+    h = hashlib.sha256()
+    for f in ARTIFACT_FILES:
+        p = d / f
+        h.update(f"\0{f}\0".encode())
+        if not p.is_file():
+            h.update(b"missing")
+        elif f == "ir.json":
+            h.update(_ir_bytes(p))
+        elif f == "model.onnx":
+            h.update(_onnx_bytes(p))
+        elif f == "model.py":
+            h.update(_strip_docstring(p.read_text(errors="replace")).encode())
+        else:
+            with open(p, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
+                    h.update(block)
+    return h.hexdigest()
+
+
+def _ir_bytes(p: Path) -> bytes:
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return p.read_bytes()
+    if isinstance(doc, dict) and isinstance(doc.get("meta"), dict):
+        doc["meta"] = {k: v for k, v in doc["meta"].items() if k not in HOST_META}
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _onnx_bytes(p: Path) -> bytes:
+    import onnx
+
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception:  # noqa: BLE001 (not a model onnx can read: its bytes as they are)
+        return p.read_bytes()
+    del model.metadata_props[:]
+    return model.SerializeToString(deterministic=True)
+
+
+def _strip_docstring(text: str) -> str:
+    """model.py without its leading docstring (it names the source file's path)."""
+    body = text.lstrip()
+    for q in ('"""', "'''"):
+        if body.startswith(q):
+            end = body.find(q, len(q))
+            return body[end + len(q):] if end >= 0 else body
+    return body
 
 
 def accelerator(resources: dict[str, float]) -> str | None:
@@ -138,7 +190,8 @@ def accelerator(resources: dict[str, float]) -> str | None:
 
 def select(ray: Any, accelerators: list[str], all_accelerators: bool, gpu: bool = False) -> list[Node]:
     """The alive nodes with CPUs (and with ``gpu`` a GPU), narrowed to the accelerator types asked for."""
-    nodes = [Node(n["NodeID"], int(n["Resources"].get("CPU", 0)), accelerator(n["Resources"]))
+    nodes = [Node(n["NodeID"], int(n["Resources"].get("CPU", 0)), accelerator(n["Resources"]),
+                  gpus=int(n["Resources"].get("GPU", 0)) if gpu else 0)
              for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1
              and (not gpu or n["Resources"].get("GPU", 0) >= 1)]
     present = sorted({n.accelerator for n in nodes if n.accelerator})
@@ -160,13 +213,14 @@ _REMOTE: dict[Any, Any] = {}  # each function exported to the cluster once
 
 
 def _pinned(ray: Any, fn: Callable[..., Any], node: Node) -> Any:
-    """``fn`` as a task on ``node`` only, holding all its CPUs (nothing runs beside it); not retried
-    there (a lost node's case is queued again for another node by ``run``)."""
+    """``fn`` as a task on ``node`` only, holding all its CPUs (and with --gpu all its GPUs: nothing
+    runs beside it, and Ray makes them visible to it); not retried there (a lost node's case is
+    queued again for another node by ``run``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if fn not in _REMOTE:
         _REMOTE[fn] = ray.remote(fn)
-    return _REMOTE[fn].options(num_cpus=node.cpus, max_retries=0,
+    return _REMOTE[fn].options(num_cpus=node.cpus, num_gpus=node.gpus, max_retries=0,
                                scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
 
 
@@ -190,9 +244,10 @@ def run_on_node(case: Case, cwd: str, isolate: bool, timeout_s: float) -> dict[s
     return sweep.run_one(case, isolate, timeout_s)
 
 
-def machine_of(node: Node) -> str:
-    """The results folder of a node: its accelerator type, or its CPU (as a local run names it)."""
-    if node.accelerator:
+def machine_of(node: Node, device: str = "cpu") -> str:
+    """The results folder of a node: its accelerator type when the cases run on it (``device``
+    cuda), else its CPU (as a local run names it): a GPU node timing CPU cases is a CPU machine."""
+    if node.accelerator and device.startswith("cuda"):
         return re.sub(r"[^a-z0-9]+", "-", node.accelerator.lower().replace("nvidia", "")).strip("-") or "gpu"
     return benv.machine_name(node.env)
 
@@ -214,7 +269,7 @@ def set_up(ray: Any, nodes: list[Node], prepare: Prepare, *, threads: int | None
             continue
         n.env, n.fingerprints, n.cwd = got["env"], got["fingerprints"], got["cwd"]
         n.cases = {key(c.to_dict()): c for c in got["cases"]}
-        n.machine = machine_of(n)
+        n.machine = machine_of(n, device)
         ready.append(n)
     if not ready:
         raise ClusterError("no node could be set up")
@@ -223,14 +278,23 @@ def set_up(ray: Any, nodes: list[Node], prepare: Prepare, *, threads: int | None
 
 
 def _agree(nodes: list[Node]) -> None:
-    """The fingerprint most nodes have is the conversion; a node that differs is refused that model."""
+    """The fingerprint more than half the nodes (that have the model) share is the conversion; a node
+    that differs is refused that model. Without such a majority (a tie) no node's is trusted: the
+    model is refused on every node, saying so."""
     names = sorted({a for n in nodes for a in n.fingerprints})
     for a in names:
         votes: dict[str, int] = {}
         for n in nodes:
             if a in n.fingerprints:
                 votes[n.fingerprints[a]] = votes.get(n.fingerprints[a], 0) + 1
-        best = max(votes, key=lambda fp: votes[fp])  # ties: the first node's (dicts keep order)
+        best = max(votes, key=lambda fp: votes[fp])
+        if 2 * votes[best] <= sum(votes.values()):
+            for n in nodes:
+                if a in n.fingerprints:
+                    n.refused.add(a)
+            log.warning("the conversion of %s differs between the nodes with no majority (%s): it is not "
+                        "timed on any node", a, ", ".join(f"{fp[:12]}... on {k} node(s)" for fp, k in votes.items()))
+            continue
         for n in nodes:
             if n.fingerprints.get(a, best) != best:
                 n.refused.add(a)
@@ -337,6 +401,7 @@ def _orphans(nodes: list[Node], todo: dict[str, deque[Any]],
             q.remove(k)
             n = mine[0]
             c = next(x.cases[k] for x in mine if k in x.cases)
-            why = ("the conversion differs on every node that is left" if any(x.alive for x in mine)
+            why = ("its conversion is refused on every node that is left (it differs from the majority's, "
+                   "or no majority of the nodes agrees)" if any(x.alive for x in mine)
                    else f"every node of {m} was lost")
             record(n, k, {**base_row(c.to_dict()), "status": "error", "reason": why})

@@ -56,8 +56,11 @@ def enter_loopback_namespace() -> str | None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(clone_newnet) != 0:
         return f"cannot create a network namespace ({os.strerror(ctypes.get_errno())}: needs root or CAP_SYS_ADMIN)"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", up_loopback_running))
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", up_loopback_running))
+    except OSError as e:  # in the new namespace, but loopback stays down: no network at all
+        return f"cannot bring loopback up in the new network namespace ({e.strerror or e})"
     return None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +78,15 @@ def ray_cluster(ray_netns, tmp_path_factory):  # type: ignore[no-untyped-def]
             os.environ["PYTHONPATH"] = old
 
 
+def by_fake_accelerator(node: cluster.Node, device: str = "cpu", machine_of=cluster.machine_of) -> str:  # type: ignore[no-untyped-def]
+    """The fake accelerator types stand in for GPU types: their nodes are named as CUDA nodes would be
+    (the fake cases themselves run on the CPU, which would name both nodes after this host's CPU)."""
+    return machine_of(node, "cuda:0")
+
+
 def sweep_on(c, prepare, out: Path, run_id: str, *, accelerators=(), resume=False, progress=None):  # type: ignore[no-untyped-def]
-    with cluster.session(c.address) as ray:
+    with pytest.MonkeyPatch.context() as mp, cluster.session(c.address) as ray:
+        mp.setattr(cluster, "machine_of", by_fake_accelerator)
         nodes = cluster.select(ray, list(accelerators), False)
         nodes = cluster.set_up(ray, nodes, prepare, threads=None, gpu=None, device="cpu", isolate=True)
         recs = cluster.recorders(nodes, out, run_id, resume)
@@ -178,6 +186,103 @@ def test_convert_jobs_as_ray_tasks(ray_cluster) -> None:  # type: ignore[no-unty
     assert list(map_jobs(child_fails, [0], cluster=ray_cluster.address)) == [Failed("refused in the child")]
 
 
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_cluster_tasks_convert_error_is_its_one_line(ray_cluster) -> None:  # type: ignore[no-untyped-def]
+    from test_parallel_convert import child_dies
+
+    from convert import limits
+    from zoo.parallel import map_jobs
+
+    with pytest.raises(limits.ConvertError) as e:
+        list(map_jobs(child_dies, ["x"], cluster=ray_cluster.address))
+    assert str(e.value).startswith("x: its process died") and "\n" not in str(e.value)
+    assert "RayTaskError" not in str(e.value)
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_zoo_convert_cluster_resolves_files_and_out_on_the_driver(ray_cluster, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from test_parallel_convert import NET
+
+    from zoo.catalogue import ROOT
+
+    src = ROOT / "outputs" / "tmp" / f"test-cluster-{os.getpid()}"  # a model file inside the checkout
+    src.mkdir(parents=True)
+    try:
+        (src / "tiny.prototxt").write_text(NET.format(n=4))
+        monkeypatch.chdir(src)  # relative paths: resolved here, not in the folder Ray's workers start in
+        r = CliRunner().invoke(app, ["convert", "tiny.prototxt", "--out", os.path.relpath(tmp_path / "o"),
+                                     "--cluster", ray_cluster.address])
+    finally:
+        shutil.rmtree(src)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "o" / "tiny" / "model.onnx").is_file() and "tiny: verified" in r.output
+
+
+def kills_its_ray_worker(_: object) -> None:
+    os.kill(os.getppid(), 9)  # the Ray worker running the task: Ray's own failure, not zoo's
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_a_ray_failure_in_zoo_convert_cluster_is_one_line(ray_cluster) -> None:  # type: ignore[no-untyped-def]
+    from convert import limits
+    from zoo.parallel import map_jobs
+
+    with pytest.raises(limits.ConvertError, match="^--cluster: ") as e:
+        list(map_jobs(kills_its_ray_worker, [0], cluster=ray_cluster.address))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_cluster_local_starts_its_own_instance_whatever_ray_address_says(ray_cluster, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+    with cluster.session("local") as ray:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        assert len(nodes) == 1 and not any(k.startswith("accelerator_type:fake") for k in nodes[0]["Resources"])
+
+
+def test_machine_is_the_accelerator_only_for_cuda_cases() -> None:
+    n = cluster.Node("n1", 4, "NVIDIA-H200", env={"cpu": "Some CPU 9000", "cores_physical": 4})
+    assert cluster.machine_of(n, "cuda:0") == "h200"
+    assert cluster.machine_of(n, "cpu") == cluster.benv.machine_name(n.env) != "h200"
+
+
+class _FakeRay:
+    def __init__(self, nodes: list[dict]) -> None:  # type: ignore[type-arg]
+        self._nodes = nodes
+        self.options: list[dict] = []  # type: ignore[type-arg]
+
+    def nodes(self) -> list[dict]:  # type: ignore[type-arg]
+        return self._nodes
+
+    def remote(self, fn):  # type: ignore[no-untyped-def]
+        fake = self
+
+        class Remote:
+            def options(self, **kw):  # type: ignore[no-untyped-def]
+                fake.options.append(kw)
+                return self
+        return Remote()
+
+
+def test_gpu_tasks_reserve_their_nodes_gpus(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("ray")
+    monkeypatch.setattr(cluster, "_REMOTE", {})  # not the real Ray's remote functions of other tests
+    ray = _FakeRay([{"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 8, "GPU": 2, "accelerator_type:H200": 1}},
+                    {"NodeID": "b" * 56, "Alive": True, "Resources": {"CPU": 4}}])
+    nodes = cluster.select(ray, [], False, gpu=True)
+    assert [(n.id[0], n.gpus) for n in nodes] == [("a", 2)]
+    cluster._pinned(ray, cluster.run_on_node, nodes[0])
+    assert ray.options[-1]["num_gpus"] == 2 and ray.options[-1]["num_cpus"] == 8
+    cpu_only = cluster.select(ray, [], False)
+    assert [n.gpus for n in cpu_only] == [0, 0]
+    cluster._pinned(ray, cluster.run_on_node, cpu_only[0])
+    assert ray.options[-1]["num_gpus"] == 0
+
+
 def test_fingerprints_that_differ_refuse_that_node() -> None:
     nodes = [cluster.Node(str(i), 1, "fakeA", machine="fakea", fingerprints={"m-1x2": fp})
              for i, fp in enumerate(["aaa", "aaa", "bbb"])]
@@ -224,3 +329,69 @@ def test_cluster_model_files_must_be_in_the_checkout(monkeypatch, tmp_path) -> N
     r = CliRunner().invoke(app, ["bench", str(net), "--cluster", "local", "--out", str(tmp_path / "o" / "r.json")])
     assert r.exit_code == 2 and "must be inside the zoo checkout" in r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_tie_refuses_the_model_on_every_node(caplog) -> None:  # type: ignore[no-untyped-def]
+    nodes = [cluster.Node(str(i), 1, "fakeA", machine="fakea", fingerprints={"m-1x2": fp, "n-1x2": "ccc"})
+             for i, fp in enumerate(["aaa", "bbb"])]
+    with caplog.at_level(logging.WARNING):
+        cluster._agree(nodes)
+    assert [n.refused for n in nodes] == [{"m-1x2"}, {"m-1x2"}]  # n-1x2 agrees
+    assert any("no majority" in r.message and "m-1x2" in r.message for r in caplog.records)
+
+
+def test_fingerprint_ignores_the_hosts_paths_not_the_conversion(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import onnx
+    from test_parallel_convert import NET
+
+    from convert.api import convert
+
+    arts = []
+    for host in ("host1/checkout", "host2/elsewhere/zoo"):  # two checkouts at different paths
+        src = tmp_path / host / "net.prototxt"
+        src.parent.mkdir(parents=True)
+        src.write_text(NET.format(n=4))
+        arts.append(convert(src, out=tmp_path / host / "out", name="net", check=False).dir)
+    a, b = arts
+    assert (a / "ir.json").read_text() != (b / "ir.json").read_text()  # meta.source differs
+    assert (a / "model.py").read_text() != (b / "model.py").read_text()  # the header names the source
+    assert cluster.artifact_fingerprint(a) == cluster.artifact_fingerprint(b)
+    m = onnx.load(str(b / "model.onnx"))
+    m.metadata_props.add(key="zoo.note", value="verified elsewhere")
+    onnx.save(m, str(b / "model.onnx"))
+    assert cluster.artifact_fingerprint(a) == cluster.artifact_fingerprint(b)  # metadata only
+    m.graph.node[0].name = "an older converter's name"
+    onnx.save(m, str(b / "model.onnx"))
+    assert cluster.artifact_fingerprint(a) != cluster.artifact_fingerprint(b)  # an older cached ONNX
+    shutil.copy(a / "model.onnx", b / "model.onnx")
+    (b / "model.py").write_text((b / "model.py").read_text() + "\n# older code\n")
+    assert cluster.artifact_fingerprint(a) != cluster.artifact_fingerprint(b)
+
+
+def test_loopback_that_cannot_be_brought_up_is_a_reason_not_an_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import ctypes
+    import fcntl
+
+    import conftest
+
+    class Libc:
+        def unshare(self, flags: int) -> int:  # as if the namespace were created (nothing is, here)
+            return 0
+
+    def ioctl(*a: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: Libc())
+    monkeypatch.setattr(fcntl, "ioctl", ioctl)
+    why = conftest.enter_loopback_namespace()
+    assert why is not None and "cannot bring loopback up" in why
+
+
+def test_cluster_refuses_what_it_would_ignore(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, "ray", None)  # refused before Ray is needed
+    for flags, named in ((["--rounds", "5"], "--rounds"), (["--concurrency", "2"], "--concurrency"),
+                         (["--baseline", "torch", "--rounds", "4"], "--rounds, --baseline")):
+        cmd = ["bench", "alexnet", "--cluster", "local", *flags, "--out", str(tmp_path / "r.json")]
+        r = CliRunner().invoke(app, cmd)
+        assert r.exit_code == 2 and f"{named} not available with --cluster" in r.output, r.output
+        assert "Traceback" not in r.output

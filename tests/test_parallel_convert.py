@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from convert import limits
+from zoo import parallel
 from zoo.cli import app
 from zoo.parallel import Failed, map_jobs
 
@@ -135,3 +136,78 @@ def test_corpus_check_with_jobs(tmp_path: Path, monkeypatch) -> None:  # type: i
     assert [r["file"] for r in res["rows"]] == ["realworld/net0.prototxt", "realworld/net1.prototxt",
                                                  "seeds/odd.prototxt"]
     assert (tmp_path / "checks" / "corpus.json").exists()  # written where the test said, not in outputs/
+
+
+def child_needs(item: tuple[int, str]) -> str:
+    """Refused, in the budget's own words, unless the budget holds ``item[0]`` bytes."""
+    need, name = item
+    reason = limits.over_budget(need, f"converting {name}")
+    if reason:
+        raise limits.ConvertError(reason)
+    return f"{name} converted"
+
+
+def test_a_job_refused_for_its_share_runs_again_alone_with_the_whole_budget() -> None:
+    full = limits.memory_budget()
+    items = [(full, "big"), (1, "small"), (full * 4, "too-big"), (full // 2 + 1, "half")]
+    serial = []
+    for it in items:
+        try:
+            serial.append(child_needs(it))
+        except limits.ConvertError as e:
+            serial.append(Failed(str(e)))
+    assert serial[0] == "big converted" and isinstance(serial[2], Failed)
+    assert parallel.MEMORY in serial[2].message  # the words a refusal for memory has (limits.over_budget)
+    assert list(map_jobs(child_needs, items, jobs=3)) == serial
+
+
+def child_warns(_: object) -> None:
+    import logging
+
+    logging.getLogger("convert.caffe").warning("layer '\x1b[31mred\x1b[0m'\nskipped")
+    logging.getLogger("convert.caffe").info("an info the parent does not show")
+
+
+def test_a_childs_warnings_are_printable_at_the_parents_level(capfd) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.WARNING)
+    try:
+        list(map_jobs(child_warns, [0], jobs=1))
+    finally:
+        root.setLevel(old)
+    err = capfd.readouterr().err
+    assert "warning: layer 'red' skipped" in err
+    assert "\x1b" not in err and "an info" not in err
+
+
+def child_slow_or_dies(item: str) -> str:
+    import time
+
+    if item == "dies":
+        os._exit(9)
+    time.sleep(30 if item == "slow" else 0)
+    return item
+
+
+def test_a_dead_child_is_named_not_the_first_pending_job() -> None:
+    with pytest.raises(limits.ConvertError) as e:
+        list(map_jobs(child_slow_or_dies, ["slow", "dies"], jobs=2))
+    assert str(e.value).startswith("dies: its process died")  # not 'slow', the first in order, stopped for it
+
+
+def test_cluster_jobs_are_resolved_on_the_driver(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from zoo.catalogue import ROOT
+    from zoo.pipeline import resolve
+
+    monkeypatch.chdir(ROOT / "tests")
+    inside = resolve(str(ROOT / "prototxt" / "alexnet.prototxt"))
+    (spec, out, weights, *rest), kw = parallel.portable(((inside, Path("../outputs/x"), None, None, 0), {"fold": 1}))
+    assert (spec, out, weights, rest, kw) == ("prototxt/alexnet.prototxt", "outputs/x", None, [None, 0], {"fold": 1})
+    named = parallel.portable(((resolve("alexnet"), tmp_path / "o", None), {}))
+    assert named[0][:2] == ("alexnet", str(tmp_path / "o"))  # a zoo name as it is; --out outside: absolute
+    outside = resolve(nets(tmp_path / "src")[0])
+    with pytest.raises(limits.ConvertError, match="must be inside the zoo checkout"):
+        parallel.portable(((outside, Path("o"), None), {}))

@@ -108,7 +108,7 @@ def converted_dirs(names: list[str], all_: bool, out: Path = MODELS,
     if not names and not all_:
         raise ConvertError("name the models to remove (zoo names or folder names under outputs/models), or give --all")
     found, left = [], []
-    for p in [p for d in (out, cache) if d.is_dir() for p in sorted(d.iterdir())]:
+    for p in [p for d in (out, cache) if d.is_dir() for p in _entries(d)]:
         if not (all_ or p.name in names or (p.parent == cache and any(is_variant(n, p.name) for n in names))):
             continue
         if is_model_dir(p):
@@ -120,9 +120,18 @@ def converted_dirs(names: list[str], all_: bool, out: Path = MODELS,
     return found, left
 
 
+def _entries(d: Path) -> list[Path]:
+    try:
+        return sorted(d.iterdir())
+    except OSError as e:
+        raise ConvertError(f"{d}: cannot read: {e.strerror or e}; nothing was removed") from None
+
+
 def is_variant(name: str, folder: str) -> bool:
-    """``resnet50-1x3x224x224`` and ``resnet50-64x3x224x224-Dropout`` are resnet50's; ``resnet50-lua`` is not."""
-    return re.fullmatch(rf"{re.escape(name)}-\d+(x\d+)+(-\w+)*", folder) is not None
+    """``resnet50-1x3x224x224`` and ``resnet50-64x3x224x224-dropout-softmax`` (NAME-<shape>, then the
+    layer types stripped, each starting with a letter: benchmark.prepare's names) are resnet50's;
+    ``resnet50-lua`` is not, nor ``net-3x3-1x3x8x8`` (model net-3x3's variant) net's."""
+    return re.fullmatch(rf"{re.escape(name)}-\d+(x\d+)+(-[A-Za-z][A-Za-z0-9_]*)*", folder) is not None
 
 
 def clean(dirs: list[Path]) -> int:
