@@ -85,6 +85,11 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     mode = mode or "inference"
     if cluster and input_data:
         raise ConvertError("--input-data is not available with --cluster (the nodes have their own files)")
+    if cluster and (concurrency != 1 or rounds is not None or baseline is not None):
+        given = [f for f, v in (("--concurrency", concurrency != 1), ("--rounds", rounds is not None),
+                                ("--baseline", baseline is not None)) if v]
+        raise ConvertError(f"{', '.join(given)} not available with --cluster (each case is timed alone in a "
+                           "fresh process on its node, the --no-interleave method)")
     if cluster and not dry_run:  # CUDA and the threads (default: each node's cores) are the nodes' own
         from .parallel import bench_cluster
 
