@@ -164,8 +164,10 @@ def convert_cmd(
         out.print(printable(f"{t.name}: {info['status']} -> {res.dir}"))
         if "fp16" in info:  # --fp16: model.fp16.onnx's own verification
             f16 = info["fp16"]
-            err16 = _fmt(f16.get("backends", {}).get("onnxruntime", {}).get("max_rel"))
-            out.print(printable(f"{t.name}: model.fp16.onnx {f16['status']} (ONNX Runtime max rel {err16}) "
+            by = f16.get("verified_by") or "ONNX Runtime"
+            back = f16.get("backends", {})
+            err16 = _fmt((back.get("openvino") or back.get("onnxruntime") or {}).get("max_rel"))
+            out.print(printable(f"{t.name}: model.fp16.onnx {f16['status']} ({by}; max rel {err16}) "
                                 f"{f16.get('reason', '')}".rstrip()))
     out.print(table)
     if failed:
@@ -273,7 +275,7 @@ def bench_cmd(
     baseline: str | None = typer.Option(None, help="Interleaved: the runtime the others are divided by "
                                         "(default opencv where timed, else the first runtime)."),
     rounds: int | None = typer.Option(None, help="Interleaved: rounds of one 0.3 s window per runtime "
-                                      "(default 12; 6 with --quick)."),
+                                      "(default 12; 6 with --quick; at least 6, rounded up to even)."),
     concurrency: int = typer.Option(1, help="Throughput mode: N inference requests in flight at once, N sessions "
                                     "of threads/N threads each (onnxruntime, openvino; others skipped)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),
