@@ -89,7 +89,7 @@ def test_worker_env_and_row_record_threads_and_load() -> None:
              layout="nchw", batch=1, mode="inference", protocol="zoo", threads=1, input_shapes={"x": [1, 2]},
              output_shapes=[[1, 2]], policy={"min_iters": 3, "min_s": 0.05, "max_s": 0.2, "warmup_s": 0.0,
                                              "warmup_max_s": 0.1})
-    d = {**c.to_dict(), "plugin": "tests.fake_runtimes"}
+    d = {**c.to_dict(), "plugin": "fake_runtimes"}
     assert case_env(d)["OMP_WAIT_POLICY"] == "PASSIVE"
     row = run_case(d)
     assert row["threads"]["count"] == 1 and row["threads"]["torch_intra_op"] == 1
