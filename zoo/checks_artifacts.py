@@ -9,7 +9,7 @@
   (``torch.fx.experimental.optimization.fuse``), and of the ``--fold`` model.py against it, timed
   interleaved: in each round every module runs a short window, in alternating order, so that the
   machine's drift hits all alike; the result is the median of the per-round ratios with a
-  bootstrap 95% interval over rounds.
+  block-bootstrap 95% interval over rounds.
 
 Writes outputs/checks/artifacts.json.
 """
@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.interleave import median_ci
 from convert.api import convert, load
 from convert.onnx_emit import build_skeleton
 from convert.torch_emit import import_model
@@ -65,13 +66,10 @@ def interleaved(fns: dict[str, Any], x: Any, rounds: int = 15, window: int = 3) 
     return per
 
 
-def ratio(a: list[float], b: list[float], seed: int = 0, n: int = 2000) -> dict[str, float]:
-    """Median over rounds of a/b, with a bootstrap 95% interval (rounds resampled)."""
-    r = np.asarray(a) / np.asarray(b)
-    rng = np.random.default_rng(seed)
-    boot = np.median(r[rng.integers(0, len(r), (n, len(r)))], axis=1)
-    return {"ratio": float(np.median(r)), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
-            "rounds": len(r)}
+def ratio(a: list[float], b: list[float]) -> dict[str, float]:
+    """Median over rounds of a/b, with the block-bootstrap 95% interval zoo bench uses."""
+    mid, lo, hi = median_ci(np.asarray(a) / np.asarray(b))
+    return {"ratio": mid, "ci95": [lo, hi], "rounds": len(a)}
 
 
 def eager_timing(plain: Path, folded: Path, rounds: int = 20, threads: int = 1) -> dict[str, Any]:
