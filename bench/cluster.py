@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -248,7 +247,7 @@ def machine_of(node: Node, device: str = "cpu") -> str:
     """The results folder of a node: its accelerator type when the cases run on it (``device``
     cuda), else its CPU (as a local run names it): a GPU node timing CPU cases is a CPU machine."""
     if node.accelerator and device.startswith("cuda"):
-        return re.sub(r"[^a-z0-9]+", "-", node.accelerator.lower().replace("nvidia", "")).strip("-") or "gpu"
+        return benv.gpu_folder(node.accelerator)
     return benv.machine_name(node.env)
 
 

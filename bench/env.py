@@ -253,11 +253,15 @@ def _gpus_present() -> list[dict[str, Any]]:
     return [gpu_info(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
+def gpu_folder(name: str) -> str:
+    """A directory name for a GPU type: 'NVIDIA H200' -> 'h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "gpu"
+
+
 def machine_name(env: dict[str, Any]) -> str:
     """A directory name for the results of this machine, e.g. 'h200' or 'cpu-xeon-8375c-2c'."""
     if "gpu" in env:
-        name = env["gpu"]["name"].lower().replace("nvidia", "")
-        return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "gpu"
+        return gpu_folder(env["gpu"]["name"])
     cpu = re.sub(r"\(r\)|\(tm\)|cpu|@.*|intel|amd|processor", "", env["cpu"].lower())
     cpu = re.sub(r"[^a-z0-9]+", "-", cpu).strip("-")[:40]
     return f"cpu-{cpu}-{env['cores_physical']}c"
