@@ -47,15 +47,19 @@ class InputData:
         folder = Path(folder)
         if not folder.is_dir():
             raise ConvertError(f"--input-data {folder}: not a folder")
-        files = tuple(sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (".npy", *IMAGES)))
-        if not files:
-            raise ConvertError(f"--input-data {folder}: no .npy or image ({', '.join(IMAGES)}) files")
-        h = hashlib.sha256()
-        for p in files:
-            h.update(p.name.encode() + b"\0")
-            with open(p, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
+        try:
+            files = tuple(sorted(p for p in folder.iterdir()
+                                 if p.is_file() and p.suffix.lower() in (".npy", *IMAGES)))
+            if not files:
+                raise ConvertError(f"--input-data {folder}: no .npy or image ({', '.join(IMAGES)}) files")
+            h = hashlib.sha256()
+            for p in files:
+                h.update(p.name.encode() + b"\0")
+                with open(p, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):  # noqa: B023 (f is this loop's)
+                        h.update(block)
+        except OSError as e:
+            raise ConvertError(f"--input-data {e.filename or folder}: cannot read ({e.strerror or e})") from None
         return cls(folder, files, h.hexdigest())
 
     def describe(self, prep: Preprocess | None) -> str:
@@ -74,6 +78,8 @@ class InputData:
                                        f"(one sample {tuple(chw)} or a batch (N, {', '.join(map(str, chw))}))")
             elif len(chw) != 3 or chw[0] not in (1, 3):
                 raise ConvertError(f"{p}: images need an input of 1 or 3 channels; {model}'s {name!r} is {tuple(chw)}")
+            else:
+                _read_rgb(p, (chw[2], chw[1]))  # a broken image is refused before any work, not mid-sweep
 
     def samples(self, chw: tuple[int, ...], prep: Preprocess | None) -> np.ndarray:
         """All samples, (N, *chw) float32, in file order."""
@@ -97,9 +103,12 @@ class InputData:
 
 def _npy_shape(p: Path) -> tuple[int, ...]:
     try:
-        return np.load(p, mmap_mode="r", allow_pickle=False).shape
+        a = np.load(p, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:
         raise ConvertError(f"{p}: not a readable .npy array ({str(e).splitlines()[0][:120]})") from None
+    if a.dtype.kind not in "biuf":
+        raise ConvertError(f"{p}: holds {a.dtype} values, not numbers")
+    return a.shape
 
 
 def _image(p: Path, chw: tuple[int, ...], prep: Preprocess | None) -> np.ndarray:
@@ -136,7 +145,7 @@ def _read_rgb(p: Path, size: tuple[int, int]) -> np.ndarray:
     try:
         with Image.open(p) as im:
             return np.asarray(im.convert("RGB").resize(size, Image.BILINEAR), np.float32)
-    except (OSError, UnidentifiedImageError):
+    except (OSError, UnidentifiedImageError, Image.DecompressionBombError):
         raise ConvertError(f"{p}: not a readable image") from None
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from . import cells as rep
+from . import plots
 from .compare import env_differences
 from .env import machine_name
 
@@ -108,11 +109,11 @@ def figures(runs: list[rep.Run]) -> dict[str, Figure]:
                     xs.append(j + (i - (len(order) - 1) / 2) * width)
                     ys.append(t["median_ms"])
                     es.append(t["iqr_ms"] / 2)
-            ax.bar(xs, ys, width, yerr=es, label=f"{c[0]} {c[1]}", capsize=2)
-        ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
+            ax.bar(xs, ys, width, yerr=es, label=plots.plain(f"{c[0]} {c[1]}"), capsize=2)
+        ax.set_xticks(range(len(models)), [plots.plain(m) for m in models], rotation=30, ha="right")
         ax.set_yscale("log")
         ax.set_ylabel("total time per call (ms)")
-        ax.set_title(_title(g), fontsize=10)
+        ax.set_title(plots.plain(_title(g)), fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
         out[figure_name(_title(g))] = fig
@@ -138,7 +139,6 @@ def markdown(runs: list[rep.Run], links: dict[str, str] | None = None) -> list[s
 
 def html(runs: list[rep.Run]) -> list[str]:
     """The same section for the HTML page (figures inline as SVG)."""
-    from . import plots
 
     ts = tables(runs)
     if not ts:

@@ -20,6 +20,12 @@ Row = dict[str, Any]
 COLORS = {"forward": "#4C72B0", "backward": "#DD8452"}
 
 
+
+def plain(text: str) -> str:
+    """Text from a results file for matplotlib as it is: a '$' in a model name would otherwise start
+    a math formula (and an unbalanced one fails the whole figure)."""
+    return text.replace("$", r"\$")
+
 def _label(r: Row, extra: tuple[str, ...] = ()) -> str:
     parts = [r["runtime"], r["precision"]] + [f"b{r[k]}" if k == "batch" else str(r[k]) for k in extra]
     return " ".join(parts)
@@ -57,10 +63,10 @@ def timing_bars(model: str, rows: list[Row]) -> Figure | None:
         offset = ((len(parts) - 1) / 2 - i) * h  # forward above backward
         ax.barh(y + offset, med, h, xerr=err, color=COLORS[part], label=part, capsize=3,
                 error_kw={"elinewidth": 1})
-    ax.set_yticks(y, [_label(r, extra) for r in rows])
+    ax.set_yticks(y, [plain(_label(r, extra)) for r in rows])
     what = "time per call" if len(parts) > 1 else f"{parts[0]} time per call"
     ax.set_xlabel(f"median {what} (ms); whiskers: interquartile range")
-    ax.set_title(f"{model}")
+    ax.set_title(plain(model))
     if len(parts) > 1:
         ax.legend(loc="best", fontsize="small")
     ax.grid(axis="x", alpha=0.3)
@@ -86,7 +92,7 @@ def throughput(rows: list[Row]) -> Figure | None:
     ax = fig.add_subplot()
     for (model, runtime, precision, device, mode, layout), pts in sorted(series.items()):
         b, ips = zip(*pts)
-        ax.plot(b, ips, marker="o", label=f"{model} {runtime} {precision} {device} {mode} {layout}")
+        ax.plot(b, ips, marker="o", label=plain(f"{model} {runtime} {precision} {device} {mode} {layout}"))
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 1 2 4 8, not 2^0 2^1
     ax.set_xlabel("batch size")
@@ -111,7 +117,7 @@ def roofline(rows: list[Row], envs: list[dict[str, Any]]) -> Figure | None:
     markers = "osD^vP*X<>"
     for i, (name, rs) in enumerate(sorted(by_rt.items())):
         ax.scatter([r["gflops_per_image"] for r in rs], [r["achieved_tflops"] for r in rs],
-                   marker=markers[i % len(markers)], label=name, zorder=3)
+                   marker=markers[i % len(markers)], label=plain(name), zorder=3)
     peaks = _peaks(envs, {(r["device"], r["precision"]) for r in pts})
     for i, (name, tflops) in enumerate(peaks):  # grey lines: the points keep the colours
         ax.axhline(tflops, color="0.35", linestyle=("--", ":", "-.")[i % 3], linewidth=1,

@@ -296,3 +296,10 @@ def test_info_on_a_narrow_terminal_folds_cells_instead_of_cutting_them(tmp_path:
     assert "…" not in text and max(map(len, text.splitlines())) <= 50
     first_column = "".join(ln.split("│")[1].strip() for ln in text.splitlines() if ln.startswith("│"))
     assert "a_rather_long_layer_name_of_fc" in first_column  # whole, over several lines
+
+
+def test_wide_table_takes_names_with_brackets_as_text() -> None:
+    """Measuring whether the full table fits must not read a model's name as console markup."""
+    rows = [dict(r, model="net[/x]") for r in _bench_rows()[:2]]
+    text = render(bench_cli.summary_table(rows, 200), 200)
+    assert "net[/x]" in text

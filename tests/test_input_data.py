@@ -141,3 +141,26 @@ def test_cli_refuses_bad_npy_before_any_work(tmp_path: Path, monkeypatch: pytest
     assert r.exit_code == 2 and "bad.npy: shape (3, 5, 5) does not fit input 'data' of tiny" in r.output
     assert "Traceback" not in r.output and not out.exists() and not (tmp_path / "outputs" / "models").exists()
     assert [ln for ln in r.output.splitlines() if ln.startswith("error")] == [r.output.splitlines()[-1]]
+
+
+def test_broken_image_and_text_npy_refused_at_check(tmp_path: Path) -> None:
+    """Refused by check(), before any model is converted or timed (not mid-sweep, not a traceback)."""
+    d = folder(tmp_path)
+    (d / "broken.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(ConvertError, match="broken.jpg: not a readable image"):
+        InputData.scan(d).check("data", "m", (3, 4, 4))
+    (tmp_path / "e").mkdir()
+    e = folder(tmp_path / "e", words=np.array([["a", "b"]]))
+    with pytest.raises(ConvertError, match="words.npy: holds <U1 values, not numbers"):
+        InputData.scan(e).check("data", "m", (1, 2))
+
+
+def test_unreadable_folder_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = folder(tmp_path, x=np.zeros((1, 2), np.float32))
+
+    def denied(self: Path):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", denied)
+    with pytest.raises(ConvertError, match="cannot read .Permission denied"):
+        InputData.scan(d)

@@ -295,3 +295,17 @@ def test_the_fastest_is_a_verified_runtime() -> None:
     rs = [report.Run("v.json", validate({"schema_version": 1, "env": ENV, "rows": rows}))]
     head, body = report.summary_table(report.all_rows(rs))
     assert body[0][head.index("fastest")][1] == "torch"
+
+
+def test_figure_text_with_dollars_is_drawn_as_text() -> None:
+    """A '$' in a model name is not a math formula (an unbalanced one failed the whole figure)."""
+    from matplotlib.figure import Figure
+
+    from bench import plots
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.bar([0], [1.0])
+    ax.set_xticks([0], [plots.plain("net$\\frac$")])
+    ax.set_title(plots.plain("a$b"))
+    assert "net" in plots.svg_inline(fig)

@@ -10,6 +10,7 @@ with the whole budget, so every result is the serial run's."""
 from __future__ import annotations
 
 import functools
+import glob
 import logging
 import math
 import multiprocessing
@@ -317,9 +318,9 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
                            "DIR/<machine>/RUN.json)")
     root = Path(out_file).parent if out_file else RESULTS
     run_id = Path(out_file).stem if out_file else time.strftime("%Y%m%d-%H%M%S")
-    if resume and not any(root.glob(f"*/{run_id}.json")):
+    taken = sorted(root.glob(f"*/{glob.escape(run_id)}.json"))  # the name is the user's, not a pattern
+    if resume and not taken:
         raise ConvertError(f"{root}/*/{run_id}.json: no such run to continue (drop --resume to start one)")
-    taken = sorted(root.glob(f"*/{run_id}.json"))
     if taken and not resume:  # before any work: an existing run is never taken over
         raise ConvertError(f"{taken[0]} exists: continue the run with --resume, or choose another --out")
     with one_line():
@@ -340,7 +341,7 @@ def bench_cluster(out: Any, err: Any, *, address: str, build_kw: dict[str, Any],
         raise ConvertError(str(e)) from None
     out.print(table([r for rs in rows.values() for r in rs]))
     for m, rec in recs.items():
-        out.print(f"results ({m}): {relative(rec.path)}", highlight=False)
+        out.print(printable(f"results ({m}): {relative(rec.path)}"), highlight=False)
 
 
 def _portable(spec: str) -> str:

@@ -25,7 +25,8 @@ VERDICT_ABBREV = {"no significant difference": "same"}
 
 def fit(full: Table, width: int, compact: Callable[[], RenderableType]) -> RenderableType:
     """``full`` if it fits in ``width`` columns unwrapped (and ``width`` > COMPACT_AT), else ``compact()``."""
-    if width > COMPACT_AT and Console(width=10_000).measure(full).maximum <= width:  # its unwrapped width
+    measure = Console(width=10_000, markup=False, highlight=False, emoji=False).measure  # unwrapped width
+    if width > COMPACT_AT and measure(full).maximum <= width:
         return full
     return compact()
 
