@@ -46,8 +46,10 @@ def test_ratios_with_an_interval_over_rounds_and_a_runtime_entered_twice() -> No
     assert len(other["round_ms"]) == len(other["round_ratios"]) == 8
     lo, hi = other["ratio_ci"]
     assert lo <= other["ratio"] <= hi and 0.65 < lo and hi < 0.85, other
-    lo, hi = again["ratio_ci"]  # A/A: the same runtime twice
-    assert lo <= 1.0 <= hi and hi - lo < 0.2, again
+    lo, hi = again["ratio_ci"]  # A/A: the same runtime twice; a 95% interval misses an exact 1.0 in
+    # about one run of twenty, and sleep's wake-up differs by position in the round by ~0.01%, so
+    # the interval must reach within 1% of 1 (a failure of 1 in ~20 CI runs at 1.00013 before)
+    assert lo <= 1.01 and hi >= 0.99 and hi - lo < 0.2, again
     # the row's own statistics cover every sample of every round
     assert rows[0]["forward"]["n"] >= 8 * 2 and rows[0]["forward"]["median_ms"] >= 20.0
 
