@@ -106,8 +106,27 @@ class Case:
         return asdict(self)
 
 
-def default_precisions(device: str) -> list[str]:
-    return ["fp32"] if device == "cpu" else ["fp32", "fp16", "bf16"]
+# The runtimes that compute bf16 on a CPU (ONNX Runtime's CPU provider has no bf16 convolution,
+# OpenCV's CPU backend no bf16 at all): a default bf16 on a CPU is planned for these only.
+BF16_CPU_RUNTIMES = ("torch", "torch-compile", "openvino")
+
+
+def default_precisions(device: str, protocol: str = "zoo", quick: bool = False, here: bool = True) -> list[str]:
+    """fp32, fp16 and bf16 on a GPU; on a CPU fp32, and bf16 too where this CPU computes it in
+    hardware (zoo's protocol, not --quick: the seeds' protocols were fp32; ``here`` False: the
+    cases run on other machines, whose CPUs are their own)."""
+    from .env import native_bf16
+
+    if device != "cpu":
+        return ["fp32", "fp16", "bf16"]
+    return ["fp32", "bf16"] if here and protocol == "zoo" and not quick and native_bf16() else ["fp32"]
+
+
+def without_default_bf16(cases: list[Case]) -> tuple[list[Case], int]:
+    """The CPU cases of a default bf16 left to the runtimes that compute it (BF16_CPU_RUNTIMES), and
+    how many were left out."""
+    kept = [c for c in cases if c.precision != "bf16" or c.device != "cpu" or c.runtime in BF16_CPU_RUNTIMES]
+    return kept, len(cases) - len(kept)
 
 
 def modes(mode: str) -> list[str]:

@@ -165,7 +165,8 @@ def _ratio_line(case: tuple[Any, ...], ra: dict[str, Any], rb: dict[str, Any], f
         return None
     if not (ia.get("round_ratios") and ib.get("round_ratios")):
         return None
-    r, lo, hi = interleave.ratio_ci(ia["round_ratios"], ib["round_ratios"], n_boot=n_boot)
+    r, lo, hi = interleave.ratio_ci(ia["round_ratios"], ib["round_ratios"], n_boot=n_boot,
+                                    sessions_a=ia.get("round_session"), sessions_b=ib.get("round_session"))
     part = "step" if ra.get("backward") else "forward"
     return Line(case, f"{part} / {base}", ia["ratio"], ib["ratio"], _iqr(ia["round_ratios"]),
                 _iqr(ib["round_ratios"]), r, lo, hi, floor, verdict(r, lo, hi, floor), base)

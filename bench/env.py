@@ -39,6 +39,11 @@ def _cpuinfo(field: str) -> str | None:
     return None
 
 
+def native_bf16() -> bool:
+    """The CPU computes bf16 in hardware (AMX or AVX512-BF16): a bf16 case is worth timing."""
+    return bool({"amx_bf16", "avx512_bf16"} & set((_cpuinfo("flags") or "").split()))
+
+
 def cpu_model() -> str:
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
@@ -72,6 +77,9 @@ def cpu_details() -> dict[str, Any]:
         "torch_parallel": _match(r"ATen parallel backend: (\w+)", config),
         "numpy_blas": _guarded("numpy config", _numpy_blas),
         "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") or "not readable",
+        # the workers ask for huge pages (bench/worker.py HUGE_PAGES); "never" here means they got none
+        "transparent_hugepage": _match(r"\[(\w+)\]", _read("/sys/kernel/mm/transparent_hugepage/enabled") or "")
+        or "not readable",
     }
     return out
 

@@ -1,26 +1,41 @@
-"""Interleaved timing: the runtimes of one case take turns in rounds, so drift hits all alike.
+"""Interleaved timing: the runtimes (each at each precision) of one case take turns in rounds, so
+drift hits all alike.
 
 A shared machine moves the same loop by tens of percent between processes and over tens of seconds;
 ratios between runtimes measured *interleaved* hold. Each runtime (an "entrant") lives in its own
 long-lived worker process (``python -m bench.interleave``, fed the case on stdin): it loads the model
 once, warms up (the policy's warm-up), then on each command of the parent times one short window
 (one untimed call, then samples for ``window_s`` seconds, at least one) and sends the samples back.
-The parent runs ``rounds`` rounds (at least 6, an even count), every entrant one window per round,
+The parent runs ``rounds`` rounds (at least 8, a multiple of 8), every entrant one window per round,
 the order reversed every other round (AB, BA, ...); with three or more entrants the order also
 rotates every two rounds (ABC, CBA, BCA, ACB, CAB, BAC, ...), so each takes every place alike.
-At the end each worker verifies its outputs and builds its results row
-from all its samples (the same fields as a one-case-per-process row), and the parent adds
+
+The rounds are split over SESSIONS sessions, each with fresh worker processes, opened in
+alternating orders (A then B, then B then A, ...). Two processes of the *same* runtime on the same
+model differ steadily: measured here on AlexNet, ONNX Runtime and OpenCV ran 1-2% slower in the
+process opened first (every time), OpenVINO by up to 5% either way; with the workers' memory on
+huge pages (worker.HUGE_PAGES) about 0.5-1%, at random. One process per entrant would report that
+as a difference between runtimes with a narrow interval (the A/A check failed so). Fresh
+processes per session sample it, alternating opening orders cancel the order effect, and the
+interval is a t interval over the sessions (session_ci): the spread between sessions, process
+effects included, is what it is built from.
+Each later session's worker is handed the samples of the earlier ones, and at the end the last
+verifies its outputs and builds its results row from all of them (the same fields as a
+one-case-per-process row), and the parent adds
 
   interleave: {rounds, window_s, order (first round; see order()), entrants, baseline,
                round_ms (this entrant's median step time per round), round_ratios (each round's
-               median over the baseline's), ratio (their median: below 1 is faster than the
-               baseline), ratio_ci (95% percentile *block* bootstrap over consecutive rounds, fixed
-               seed: neighbouring rounds are correlated, see block_len), baseline_asked (only when
-               the --baseline runtime was not timed and another stood in)}
+               median over the baseline's), round_session (each round's session), ratio (below 1
+               is faster than the baseline) and ratio_ci (95%): session_ci over the sessions'
+               median ratios (a single session, as in files written before 2026-12: the median of
+               round_ratios with a percentile *block* bootstrap over consecutive rounds, fixed
+               seed, as neighbouring rounds are correlated, see block_len), baseline_asked (only
+               when the --baseline runtime was not timed and another stood in)}
 
 Protocol: one JSON object per line; the worker answers every command with one line on its original
 stdout (anything the runtime prints goes to stderr). Commands: ``{"window": seconds}``,
-``{"finish": true}``; first answer: ``{"ready": ...}`` or a row (skipped / error).
+``{"prior": [samples per phase]}`` (an earlier session's samples), ``{"finish": true}``; first
+answer: ``{"ready": ...}`` or a row (skipped / error).
 """
 
 from __future__ import annotations
@@ -48,9 +63,12 @@ from .sweep import STARTUP_S, Progress, run_one, skip_row
 from .timing import Policy, settled, start, window
 from .worker import base_row, case_env, error_row, finish_row, open_case
 
-ROUNDS = 12
-QUICK_ROUNDS = 6
-MIN_ROUNDS = 6  # an interval over rounds, resampled in blocks of 2, needs a few blocks
+ROUNDS = 16
+QUICK_ROUNDS = 8
+SESSIONS = 4  # fresh processes per entrant, opened in alternating orders (see the module's docstring)
+MIN_ROUNDS = 2 * SESSIONS  # each session an order and its reverse
+# the 97.5% quantile of Student's t by degrees of freedom (sessions - 1)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 WINDOW_S = 0.3
 N_BOOT = 2000
 WAIT_S = 10.0  # for a worker that closed its output to leave, before it is killed
@@ -81,6 +99,10 @@ def serve(commands: IO[str], answer: Callable[[dict[str, Any]], None]) -> None:
                 for p, s in enumerate(got):
                     t.samples_ms[p].extend(s)
                 answer({"samples_ms": got})
+            elif "prior" in cmd:
+                for p, s in enumerate(cmd["prior"]):
+                    t.samples_ms[p].extend(float(x) for x in s)
+                answer({"ok": True})
             elif cmd.get("finish"):
                 t.stable = settled(t.samples_ms[0], policy.stable_tol)
                 return answer(finish_row(case, rt, inputs[0], t, load_s, started))
@@ -117,6 +139,8 @@ class Entrant:
     stderr: IO[bytes] | None = None
     row: dict[str, Any] | None = None  # set once it ended (a skipped / error row, or its final row)
     round_ms: list[float] = field(default_factory=list)  # median step time per round
+    round_session: list[int] = field(default_factory=list)  # the session of each of those rounds
+    samples: list[list[float]] = field(default_factory=list)  # every window's samples, per phase
 
     def ask(self, msg: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
         assert self.proc and self.proc.stdin and self.proc.stdout
@@ -180,18 +204,29 @@ def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: fl
               on_round: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Time ``cases`` (one model, several runtimes, or one runtime entered twice with ``labels``)
     interleaved; returns their rows in the same order."""
-    ents = [Entrant(lb, c) for lb, c in zip(labels or [c["runtime"] for c in cases], cases)]
+    ents = [Entrant(lb, c) for lb, c in zip(labels or [label(c) for c in cases], cases)]
+    sessions = max(k for k in range(1, SESSIONS + 1) if rounds % (2 * k) == 0 or k == 1)  # even rounds in each
     try:
-        for e in ents:  # one at a time: a loading worker does not disturb another's warm-up
-            _open(e, timeout_s)
-        for r in range(rounds):
-            live = [e for e in ents if e.row is None]
-            for e in order(live, r):
-                got = _call(e, {"window": window_s}, timeout_s)
-                if got:  # the median step (the phases summed) of this round
-                    e.round_ms.append(float(np.median(np.sum(np.asarray(got["samples_ms"], np.float64), axis=0))))
-            if on_round:
-                on_round(r + 1, rounds)
+        for s in range(sessions):
+            for e in (ents if s % 2 == 0 else ents[::-1]):  # one at a time: a loading worker does
+                if e.row is None:                           # not disturb another's warm-up
+                    _open(e, timeout_s)
+                if e.row is None and e.samples:
+                    _call(e, {"prior": e.samples}, timeout_s)
+            for r in range(s * rounds // sessions, (s + 1) * rounds // sessions):
+                for e in order([e for e in ents if e.row is None], r):
+                    got = _call(e, {"window": window_s}, timeout_s)
+                    if got:  # the median step (the phases summed) of this round
+                        steps = np.asarray(got["samples_ms"], np.float64)
+                        e.round_ms.append(float(np.median(np.sum(steps, axis=0))))
+                        e.round_session.append(s)
+                        e.samples = [a + list(b) for a, b in zip(e.samples, got["samples_ms"])] if e.samples \
+                            else [list(b) for b in got["samples_ms"]]
+                if on_round:
+                    on_round(r + 1, rounds)
+            if s < sessions - 1:
+                for e in ents:
+                    e.stop()  # (its samples go to the next session's worker)
         for e in ents:
             if e.row is None:
                 _call(e, {"finish": True}, timeout_s)
@@ -200,6 +235,11 @@ def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: fl
             e.stop()
     attach(ents, rounds, window_s, baseline)
     return [e.row or {} for e in ents]
+
+
+def label(case: dict[str, Any]) -> str:
+    """An entrant's name: its runtime, and its precision unless fp32 ("openvino bf16")."""
+    return case["runtime"] if case["precision"] == "fp32" else f"{case['runtime']} {case['precision']}"
 
 
 def _call(e: Entrant, msg: dict[str, Any] | None, timeout: float) -> dict[str, Any] | None:
@@ -250,18 +290,46 @@ def block_resample(values: list[float] | np.ndarray, n_boot: int, rng: np.random
 
 
 def median_ci(values: list[float] | np.ndarray, n_boot: int = N_BOOT, level: float = 0.95,
-              seed: int = 0) -> tuple[float, float, float]:
-    """Median of a series of rounds with a percentile block-bootstrap interval (block_resample)."""
+              seed: int = 0, sessions: list[int] | None = None) -> tuple[float, float, float]:
+    """A series of rounds' ratio with its interval: session_ci when the rounds come from more
+    than one session, else their median with a percentile block-bootstrap interval."""
     v = np.asarray(values, dtype=np.float64)
+    if sessions is not None and len(set(sessions)) > 1 and len(sessions) == v.size and level == 0.95:
+        return session_ci(v, sessions)
     boot = np.median(block_resample(v, n_boot, np.random.default_rng(seed)), axis=1)
     lo, hi = np.percentile(boot, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
     return float(np.median(v)), float(lo), float(hi)
 
 
+def _session_logs(values: np.ndarray, sessions: list[int]) -> np.ndarray:
+    """Each session's median ratio, in logs."""
+    s = np.asarray(sessions)
+    return np.log([np.median(values[s == k]) for k in sorted(set(sessions))])
+
+
+def session_ci(values: np.ndarray, sessions: list[int]) -> tuple[float, float, float]:
+    """The geometric mean of the sessions' median ratios and its 95% t interval (sessions - 1
+    degrees of freedom): each session is a fresh set of processes, so a steady difference between
+    processes is part of the spread the interval is built from, not hidden inside it."""
+    logs = _session_logs(values, sessions)
+    half = T975.get(logs.size - 1, 1.96) * logs.std(ddof=1) / np.sqrt(logs.size)
+    return float(np.exp(logs.mean())), float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+
+
 def ratio_ci(a: list[float] | np.ndarray, b: list[float] | np.ndarray, n_boot: int = N_BOOT,
-             level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """median(b) / median(a) of two series of rounds (two runs), each block-resampled on its own."""
+             level: float = 0.95, seed: int = 0, sessions_a: list[int] | None = None,
+             sessions_b: list[int] | None = None) -> tuple[float, float, float]:
+    """The ratio of two runs' ratios (b's over a's): with sessions in both, their session means
+    and a t interval (the fewer sessions' degrees of freedom); else medians of the rounds, each
+    series block-resampled on its own."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    have = [s is not None and len(set(s)) > 1 and len(s) == v.size for s, v in ((sessions_a, a), (sessions_b, b))]
+    if all(have) and level == 0.95:
+        la, lb = _session_logs(a, sessions_a or []), _session_logs(b, sessions_b or [])
+        se = np.sqrt(la.var(ddof=1) / la.size + lb.var(ddof=1) / lb.size)
+        half = T975.get(min(la.size, lb.size) - 1, 1.96) * se
+        d = lb.mean() - la.mean()
+        return float(np.exp(d)), float(np.exp(d - half)), float(np.exp(d + half))
     rng = np.random.default_rng(seed)
     ra = np.median(block_resample(a, n_boot, rng), axis=1)
     rb = np.median(block_resample(b, n_boot, rng), axis=1)
@@ -278,13 +346,13 @@ def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | No
         next((e for e in timed if e.label == "opencv"), timed[0])
     for e in timed:
         ratios = [a / b for a, b in zip(e.round_ms, base.round_ms)]
-        r, lo, hi = median_ci(ratios)
+        r, lo, hi = median_ci(ratios, sessions=e.round_session)
         assert e.row is not None
         e.row["interleave"] = {
             "rounds": rounds, "window_s": window_s, "order": [x.label for x in ents],
             "entrants": [x.label for x in timed], "label": e.label, "baseline": base.label,
             "round_ms": [round(x, 6) for x in e.round_ms], "round_ratios": [round(x, 6) for x in ratios],
-            "ratio": r, "ratio_ci": [lo, hi]}
+            "round_session": e.round_session, "ratio": r, "ratio_ci": [lo, hi]}
         if baseline is not None and base.label != baseline:
             e.row["interleave"]["baseline_asked"] = baseline
 
@@ -294,15 +362,15 @@ def describe(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("interleave"):
-            groups.setdefault((*(r.get(k) for k in KEY if k != "runtime"), r["interleave"]["baseline"]), []).append(r)
+            groups.setdefault((*(r.get(k) for k in KEY if k not in SPLIT), r["interleave"]["baseline"]), []).append(r)
     out = []
-    for (model, device, precision, _, batch, mode, _, base), rs in groups.items():
+    for (model, device, _, batch, mode, _, base), rs in groups.items():
         i = rs[0]["interleave"]
         mark = lambda r: " (unverified)" if r.get("status") != "ok" else ""  # noqa: E731
         speeds = [f"{r['interleave']['label']}{mark(r)} {speed(r['interleave'])}" for r in rs
                   if r["interleave"]["label"] != base]
         base_row = next((r for r in rs if r["interleave"]["label"] == base), {"status": "ok"})
-        case = f"{model} {device} {precision} b{batch} {mode}"
+        case = f"{model} {device} b{batch} {mode}"
         if i.get("baseline_asked"):
             out.append(f"warning: {case}: the baseline {i['baseline_asked']} was not timed (skipped or "
                        f"failed); ratios are to {base} instead")
@@ -319,10 +387,14 @@ def speed(i: dict[str, Any]) -> str:
 # ---- a sweep ------------------------------------------------------------------------------
 
 
+SPLIT = ("runtime", "precision")  # what the entrants of one group differ in
+
+
 def group_key(case: Case) -> tuple[Any, ...]:
-    """What the runtimes of one interleaved group share: the case without its runtime."""
+    """What the entrants of one interleaved group share: the case without its runtime and precision
+    (a bf16 entrant takes turns with the fp32 ones, so its ratio to OpenCV fp32 has an interval)."""
     k = key(case.to_dict())
-    return k[:KEY.index("runtime")] + k[KEY.index("runtime") + 1:]
+    return tuple(v for f, v in zip(KEY, k) if f not in SPLIT)
 
 
 def in_turns(cases: list[Case]) -> set[int]:
@@ -335,13 +407,14 @@ def in_turns(cases: list[Case]) -> set[int]:
 
 
 def even_rounds(rounds: int) -> int:
-    """At least MIN_ROUNDS, rounded up to an even count (each order and its reverse alike often)."""
-    rounds = max(MIN_ROUNDS, rounds)
-    return rounds + rounds % 2
+    """At least MIN_ROUNDS, rounded up to a multiple of 2 * SESSIONS (in each session, each order
+    and its reverse alike often)."""
+    rounds, step = max(MIN_ROUNDS, rounds), 2 * SESSIONS
+    return -(-rounds // step) * step
 
 
 def fit_rounds(rounds: int, budget_s: float, cases: list[Case]) -> int:
-    """Fewer rounds (at least MIN_ROUNDS, an even count) where a --budget leaves each case less time
+    """Fewer rounds (at least MIN_ROUNDS, see even_rounds) where a --budget leaves each case less time
     than ``rounds`` take."""
     per_case = budget_s / max(sum(not c.status for c in cases), 1) - STARTUP_S
     return even_rounds(min(rounds, int(per_case / (2 * WINDOW_S))))
@@ -350,7 +423,7 @@ def fit_rounds(rounds: int, budget_s: float, cases: list[Case]) -> int:
 def run(cases: list[Case], recorder: Recorder, *, rounds: int = ROUNDS, window_s: float = WINDOW_S,
         baseline: str | None = None, timeout_s: float = 900.0, progress: Progress | None = None,
         live: Callable[[Case], Case] | None = None) -> list[dict[str, Any]]:
-    """Like ``sweep.run``, but the runtimes of each model/batch/precision/layout/mode take turns
+    """Like ``sweep.run``, but the runtimes (and precisions) of each model/batch/layout/mode take turns
     (cases of a fixed-count protocol, and runtimes alone in their group, run one case per process)."""
     todo = [c for c in cases if key(c.to_dict()) not in recorder.done]
     groups: dict[tuple[Any, ...], list[Case]] = {}

@@ -240,8 +240,9 @@ def not_timed(rows: list[Row]) -> list[str]:
 
 
 def summary_table(rows: list[Row]) -> tuple[list[str], list[list[Cell]]]:
-    """Per model and machine/device/batch/mode/protocol: the fastest verified runtime, and its
-    speedup over PyTorch eager fp32 and over OpenCV (fp32) measured in the same conditions."""
+    """Per model and machine/device/batch/mode/protocol, and per precision: the fastest verified
+    runtime, and its speedup over PyTorch eager fp32 and over OpenCV (fp32) measured in the same
+    conditions (a line per precision: a faster bf16 does not hide the fastest fp32)."""
     groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     for r in rows:
         if r["status"] == "ok" and r.get("forward"):
@@ -252,14 +253,15 @@ def summary_table(rows: list[Row]) -> tuple[list[str], list[list[Cell]]]:
     body = []
     for k in sorted(groups, key=lambda k: tuple(map(natural, k))):
         rs = groups[k]
-        best = min(rs, key=lambda r: total(r)[0])
-        t = total(best)
-        body.append([(best["model"], best["model"])] + [(str(best.get(c)), best.get(c)) for c in extra] + [
-            (f"{best['runtime']} {best['precision']}" + ("" if best.get("layout") in (None, "nchw")
-                                                         else f" {best['layout']}"), best["runtime"]),
-            (fmt_ms(total_stats(best)), t[0]),
-            (fmt_noisy(best.get("images_per_s"), _rel(best)), best.get("images_per_s")),
-            _speedup(rs, best, EAGER), _speedup(rs, best, OPENCV)])
+        for prec in sorted({r["precision"] for r in rs}, key=lambda p: (p != "fp32", p)):
+            best = min((r for r in rs if r["precision"] == prec), key=lambda r: total(r)[0])
+            t = total(best)
+            body.append([(best["model"], best["model"])] + [(str(best.get(c)), best.get(c)) for c in extra] + [
+                (f"{best['runtime']} {best['precision']}" + ("" if best.get("layout") in (None, "nchw")
+                                                             else f" {best['layout']}"), best["runtime"]),
+                (fmt_ms(total_stats(best)), t[0]),
+                (fmt_noisy(best.get("images_per_s"), _rel(best)), best.get("images_per_s")),
+                _speedup(rs, best, EAGER), _speedup(rs, best, OPENCV)])
     return _drop_empty(head, body, ("× PyTorch eager fp32", "× OpenCV fp32"))
 
 
@@ -268,22 +270,23 @@ def _speedup(rows: list[Row], best: Row, base: tuple[str, str]) -> Cell:
     if not cands:
         return "-", None
     ref = min(cands, key=lambda r: (r.get("layout") != "nchw", total(r)[0]))  # nchw: the plain case
-    turns = _turns(ref, best)
-    if turns:  # timed in turns: the speedup per round, with its interval over rounds
-        x, lo, hi = median_ci(turns)
+    turns, sessions = _turns(ref, best)
+    if turns:  # timed in turns: the speedup per round, with its interval over sessions and rounds
+        x, lo, hi = median_ci(turns, sessions=sessions)
         return f"{x:.2f}× [{lo:.2f}, {hi:.2f}]", x
     x = total(ref)[0] / total(best)[0]
     return fmt_noisy(x, math.hypot(_rel(ref), _rel(best))) + "×", x
 
 
-def _turns(ref: Row, best: Row) -> list[float]:
-    """ref's time over best's, round by round, when the two took turns in one interleaved group."""
+def _turns(ref: Row, best: Row) -> tuple[list[float], list[int] | None]:
+    """ref's time over best's, round by round, when the two took turns in one interleaved group,
+    and each round's session (None in results written before sessions)."""
     a, b = ref.get("interleave") or {}, best.get("interleave") or {}
     same = a.get("order") and a.get("order") == b.get("order") and ref.get("run") == best.get("run") and \
-        all(ref.get(k) == best.get(k) for k in ("model", "device", "precision", *OPTIONAL))
+        all(ref.get(k) == best.get(k) for k in ("model", "device", *OPTIONAL))  # (precisions take turns too)
     if not same or a.get("label") == b.get("label") or len(a.get("round_ms", [])) != len(b.get("round_ms", [])):
-        return []
-    return [x / y for x, y in zip(a["round_ms"], b["round_ms"])]
+        return [], None
+    return [x / y for x, y in zip(a["round_ms"], b["round_ms"])], a.get("round_session")
 
 
 def env_items(env: dict[str, Any]) -> list[tuple[str, str]]:

@@ -21,8 +21,9 @@ Schema (version 1) — a row:
       quiet (bool), quiet_reason (when not quiet); gemm_peak_tflops: {run, next_to_case}
   input_shapes, seconds (wall time of the case), finished (ISO time)
   interleave (timed in turns with other runtimes, bench/interleave.py): {rounds, window_s, order,
-      entrants, label, baseline, round_ms, round_ratios, ratio (median over rounds of this runtime's
-      time over the baseline's), ratio_ci (95% bootstrap over rounds)}
+      entrants, label, baseline, round_ms, round_ratios, round_session (from 2026-12), ratio (median
+      over rounds of this runtime's time over the baseline's), ratio_ci (95% bootstrap over sessions
+      and rounds)}
   concurrency: requests in flight at once (only when above 1; it makes another case)
 """
 

@@ -50,6 +50,14 @@ def base_row(case: dict[str, Any]) -> dict[str, Any]:
 # vs 4 ms (idle: no loss). libgomp reads it when torch loads: it is in each worker's environment.
 PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}
 
+# malloc'd memory on transparent huge pages (glibc >= 2.35 madvises its arenas and large chunks;
+# ignored by an older glibc, and where the kernel's THP mode is "never"). With 4 KiB pages two
+# processes of the same runtime on the same model ran steadily apart: AlexNet on this VM, ONNX
+# Runtime and OpenCV 1-2% slower in the process started first, OpenVINO up to 5% either way
+# (page placement: TLB reach and cache-set conflicts on a 234 MB weight stream). With huge pages,
+# within about 0.5%. Every runtime's worker gets it, so none is favoured.
+HUGE_PAGES = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+
 
 def set_threads(n: int) -> None:
     """The same thread count for every runtime: torch, and the env vars OpenMP/MKL read."""
@@ -170,8 +178,8 @@ def thread_settings(n: int, rt: Any) -> dict[str, Any]:
     environment the process started with, torch's pools, and the runtime's own settings."""
     import torch
 
-    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-           if k in os.environ}
+    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT",
+                                      "GLIBC_TUNABLES") if k in os.environ}
     return {"count": n, "env": env, "torch_intra_op": torch.get_num_threads(),
             "torch_inter_op": torch.get_num_interop_threads(), "runtime": rt.settings()}
 
@@ -200,7 +208,8 @@ def isolated(case: dict[str, Any], timeout_s: float) -> dict[str, Any]:
 
 def case_env(case: dict[str, Any]) -> dict[str, str]:
     """What a case's worker process gets added to its environment (isolated and interleaved alike)."""
-    return {"OMP_NUM_THREADS": str(case["threads"]), "MKL_NUM_THREADS": str(case["threads"]), **PASSIVE}
+    return {"OMP_NUM_THREADS": str(case["threads"]), "MKL_NUM_THREADS": str(case["threads"]), **PASSIVE,
+            **HUGE_PAGES}
 
 
 def _error(case: dict[str, Any], reason: str, started: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import numpy as np
 
 from . import __version__
 from .errors import BadModel, ConvertError
+from .fuse import folded
 from .ir import Graph, Shape
 from .isolate import clean_stale, peak_rss_bytes, temp_prefix
 from .onnx_emit import check_structure, finish, write_onnx
@@ -75,7 +76,8 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
           opencv_factory: Callable[[Path], Any] | None = None, known_opencv: list[str] | None = None,
           check: bool = True, title: str = "", fp16: bool = False, fold: bool = False) -> Converted:
     """Write, verify and move into place the artifacts of ``g`` at ``dest`` (``fp16``: and model.fp16.onnx;
-    ``fold``: recorded in convert.json, the graph was loaded with conv + BN folding)."""
+    ``fold``: recorded in convert.json, the graph was loaded with conv + BN folding; without it,
+    model.onnx alone is written from a folded copy)."""
     check_name(dest.name)
     check_replaceable(dest)
     try:
@@ -88,8 +90,10 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         started = time.perf_counter()
         (tmp / "model.py").write_text(model_source(g, title or f"{g.meta.get('name', dest.name)}"))
         write_safetensors(g.weights, tmp / "model.safetensors", {"format": "pt"})
-        write_onnx(g, tmp / "model.onnx", g.meta.get("name", "zoo"))
-        check_structure(g)
+        onnx_graph = g if fold else folded(g)  # model.onnx: conv + BN folded (convert/fuse.py)
+        write_onnx(onnx_graph, tmp / "model.onnx", g.meta.get("name", "zoo"))
+        check_structure(onnx_graph)
+        del onnx_graph
         (tmp / "ir.json").write_text(json.dumps(g.to_json(), indent=1))
         if extra:
             extra(tmp)

@@ -5,7 +5,11 @@ model.py and model.onnx all see the same graph.
   whose only reader is that affine becomes one ``BatchNorm(affine=True)``: ``nn.BatchNorm2d`` in
   PyTorch, one BatchNormalization in ONNX.
 - With ``fold``: a convolution whose only reader is a batch norm with stored statistics is folded
-  into it: w' = w * g, b' = (b - mean) * g + beta with g = gamma / sqrt(var + eps).
+  into it: w' = w * g, b' = (b - mean) * g + beta with g = gamma / sqrt(var + eps). model.onnx is
+  always written from a folded copy (``folded``), as torch.onnx.export writes an eval-mode module:
+  the ONNX is the inference artifact; model.py keeps nn.BatchNorm2d (fine-tuning, fx, quantizers)
+  unless ``--fold`` asks otherwise. Verification runs the folded ONNX against the float64 reference
+  of the unfolded graph, so the folding itself is checked.
 
 A fused node takes the name of the last layer it replaces (its output is that layer's output, which
 is where OpenCV compares it) and the PyTorch attribute of the first (its weights' names);
@@ -29,6 +33,16 @@ def fuse(g: Graph, fold: bool = False) -> Graph:
     if fold:
         _pairs(g, _bn_into_conv)
     return g
+
+
+def folded(g: Graph) -> Graph:
+    """A copy of ``g`` with conv + BN folded (``g`` and its arrays untouched; the copy shares the
+    arrays it does not fold)."""
+    meta = {**g.meta, "fused": {k: list(v) for k, v in g.meta.get("fused", {}).items()}}
+    copy = dataclasses.replace(g, nodes=list(g.nodes), weights=dict(g.weights), shapes=dict(g.shapes), meta=meta,
+                               _attrs=None, _values=None)
+    _pairs(copy, _bn_into_conv)
+    return copy
 
 
 def _pairs(g: Graph, rule) -> None:  # type: ignore[no-untyped-def]
@@ -84,9 +98,13 @@ def _bn_into_conv(g: Graph, a: Node, b: Node) -> Node | None:
     conv, bn = a.op, b.op
     if not (isinstance(conv, Conv) and isinstance(bn, BatchNorm)) or bn.batch_stats:
         return None
+    c = g.weights[a.weight_names()["weight"]].shape[0]
+    stats = {r: g.weights[k] for r, k in b.weight_names().items()}
+    with np.errstate(all="ignore"):
+        gain = stats.get("weight", np.ones(c)).astype(np.float64) / np.sqrt(stats["running_var"].astype(np.float64) + bn.eps)
+    if not np.all(np.isfinite(gain)) or np.abs(gain).max(initial=0) > 1e6:  # kept apart: float32 would lose it
+        return None
     w, s = _take(g, a), _take(g, b)
-    c = w["weight"].shape[0]
-    gain = s.get("weight", np.ones(c)).astype(np.float64) / np.sqrt(s["running_var"].astype(np.float64) + bn.eps)
     bias = w.get("bias", np.zeros(c)).astype(np.float64) - s["running_mean"]
     folded = {"weight": (w["weight"] * gain.reshape(-1, 1, 1, 1)).astype(np.float32),
               "bias": (bias * gain + s.get("bias", np.zeros(c))).astype(np.float32)}

@@ -112,8 +112,9 @@ def run_onnx(path: Path, feeds: dict[str, np.ndarray], values: list[str] | None 
 
         model = onnx.load(str(path))
         known = {o.name for o in model.graph.output}
+        made = {o for n in model.graph.node for o in n.output}  # (a value folded away is not there)
         for v in values:
-            if v not in known:
+            if v not in known and v in made:
                 model.graph.output.add(name=v)
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         del model

@@ -1,5 +1,6 @@
 """Idiomatic artifacts: Caffe BatchNorm + Scale (and Torch7's BN) become one standard nn.BatchNorm2d
-and one ONNX BatchNormalization (or fold into the convolution with ``fold``); ONNX parameters in their
+in model.py (folded into the convolution with ``fold``), folded into the convolution in ONNX (one
+BatchNormalization where no convolution precedes); ONNX parameters in their
 final shapes, inferred shapes and provenance metadata stored; the fp16 variant."""
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def test_bn_scale_is_one_standard_batchnorm(tmp_path: Path) -> None:
     assert "class " not in src.split("class Net")[0]  # no custom module classes
     m = onnx.load(str(res.dir / "model.onnx"))
     ops = [n.op_type for n in m.graph.node]
-    assert ops.count("BatchNormalization") == 1 and "Mul" not in ops and _const_reshapes(m) == 0
+    assert ops == ["Conv", "Relu", "Flatten", "Gemm"] and _const_reshapes(m) == 0  # bn + sc folded
     net = import_model(res.dir / "model.py").load()
     assert set(net.state_dict()) >= {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}
     # the module is what torch.fx's conv + BN folding recognises: it folds, same numbers
@@ -233,3 +234,47 @@ def test_fp16_refusal_is_reported_not_fatal(tmp_path: Path, monkeypatch) -> None
     res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out", fp16=True)
     assert res.ok and res.report["fp16"] == {"status": "refused", "reason": "ValueError: no fp16 for this graph"}
     assert not (res.dir / "model.fp16.onnx").exists()
+
+
+def test_onnx_folds_only_what_follows_a_convolution(tmp_path: Path) -> None:
+    """A batch norm after a pooling has no convolution to go into: one BatchNormalization."""
+    pool = 'layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool" pooling_param { pool: MAX kernel_size: 2 } }\n'
+    bn2 = BN.replace('"bn"', '"bn2"').replace('"conv"', '"pool"')
+    sc2 = SCALE.replace('"sc"', '"sc2"').replace('"conv"', '"pool"')
+    res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + pool + bn2 + sc2), out=tmp_path / "out")
+    assert res.ok, res.report
+    ops = [n.op_type for n in onnx.load(str(res.dir / "model.onnx")).graph.node]
+    assert ops == ["Conv", "MaxPool", "BatchNormalization"]
+    assert (res.dir / "model.py").read_text().count("nn.BatchNorm2d(") == 2  # model.py keeps both
+
+
+def test_a_wrong_fold_is_caught_by_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ONNX is folded from a copy; the reference runs the unfolded graph, so a folding bug is a
+    mismatch that names the folded layer, not a wrong answer."""
+    from convert import fuse as fuse_mod
+
+    real = fuse_mod._bn_into_conv
+
+    def off_by_one(g, a, b):  # type: ignore[no-untyped-def]
+        node = real(g, a, b)
+        if node is not None:
+            g.weights[f"{node.attr}.bias"] = g.weights[f"{node.attr}.bias"] + 1
+        return node
+
+    monkeypatch.setattr(fuse_mod, "_bn_into_conv", off_by_one)
+    res = convert(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL), out=tmp_path / "out")
+    assert res.report["status"] == "mismatch"
+    assert res.report["verification"]["backends"]["onnxruntime"]["ok"] is False
+    assert res.report["verification"]["backends"]["pytorch"]["ok"] is True
+    assert res.report["verification"]["first_divergence"]["layer"] == "sc"
+
+
+def test_a_gain_float32_cannot_hold_is_not_folded(tmp_path: Path) -> None:
+    from convert.fuse import folded
+
+    g = load(_net(tmp_path, HEAD + CONV + BN + SCALE + TAIL)).graph
+    assert [n.op.kind for n in folded(g).nodes][0] == "conv"
+    bn = next(n for n in g.nodes if n.op.kind == "batchnorm")
+    g.weights[bn.weight_names()["running_var"]][:] = -bn.op.eps  # gain 1 / 0
+    assert [n.op.kind for n in folded(g).nodes][:2] == ["conv", "batchnorm"]
+    assert [n.op.kind for n in g.nodes][:2] == ["conv", "batchnorm"]  # the graph itself untouched

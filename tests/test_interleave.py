@@ -121,8 +121,8 @@ def test_sweep_interleaves_groups_and_records_rows(tmp_path: Path, monkeypatch: 
 
 @pytest.mark.parametrize("args, message", [
     (["--baseline", "tensorflow"], "--baseline 'tensorflow' is not one of the runtimes"),
-    (["--rounds", "2"], "--rounds must be at least 6"),
-    (["--rounds", "3"], "--rounds must be at least 6"),
+    (["--rounds", "2"], "--rounds must be at least 8"),
+    (["--rounds", "7"], "--rounds must be at least 8"),
     (["--concurrency", "0"], "--concurrency must be at least 1"),
 ])
 def test_bad_interleave_options_are_exit_2(args: list[str], message: str) -> None:
@@ -155,17 +155,17 @@ def test_report_and_summary_show_the_interleaved_speed(tmp_path: Path) -> None:
 
 def test_a_budget_shrinks_the_rounds_to_fit() -> None:
     cases = [Case(**{k: v for k, v in case(rt).items() if k != "plugin"}) for rt in ("test-sleep", "test-async")]
-    assert interleave.fit_rounds(12, 3600, cases) == 12  # plenty of time: as asked
-    assert interleave.fit_rounds(12, 2 * (4.0 + 6 * 0.6), cases) == 6
-    assert interleave.fit_rounds(12, 1, cases) == 6  # never below an interval's minimum
-    assert interleave.fit_rounds(12, 2 * (4.0 + 7.5 * 0.6), cases) == 8  # an even count
+    assert interleave.fit_rounds(16, 3600, cases) == 16  # plenty of time: as asked
+    assert interleave.fit_rounds(16, 2 * (4.0 + 8 * 0.6), cases) == 8
+    assert interleave.fit_rounds(12, 1, cases) == 8  # never below an interval's minimum
+    assert interleave.fit_rounds(16, 2 * (4.0 + 9.5 * 0.6), cases) == 16  # a multiple of 8 (4 sessions)
 
 
-def test_rounds_asked_are_at_least_6_and_even() -> None:
+def test_rounds_asked_are_at_least_8_and_a_multiple_of_8() -> None:
     from zoo.bench_cli import _check_interleave
 
-    assert _check_interleave(["torch", "opencv"], None, 7) == 8
-    assert _check_interleave(["torch", "opencv"], None, 6) == 6
+    assert _check_interleave(["torch", "opencv"], None, 9) == 16
+    assert _check_interleave(["torch", "opencv"], None, 8) == 8
     assert _check_interleave(["torch", "opencv"], None, None) is None
 
 
@@ -176,6 +176,8 @@ def test_the_order_is_reversed_every_other_round_and_rotates(monkeypatch: pytest
         if "window" in msg:
             seen.append(self.label)
             return {"samples_ms": [[10.0, 11.0, 12.0]]}
+        if "prior" in msg:  # a later session's worker takes the earlier samples
+            return {"ok": True}
         return {"status": "ok", "forward": summarize([10.0])}  # the final row
 
     monkeypatch.setattr(interleave, "_open", lambda e, timeout: None)  # no worker processes here
@@ -294,3 +296,40 @@ def test_aa_check_needs_both_entrants_timed() -> None:
     assert why and "entrant 1: error: worker exited with code -9 (no interleaved timing)" in why
     assert "entrant 2: ok" in why
     assert aa_failure(timed, {"status": "ok", "interleave": {"baseline": "other"}}, "onnxruntime#1")
+
+
+def test_sessions_open_fresh_processes_in_alternating_orders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds split over sessions: each entrant's worker opened anew each time, in alternating
+    orders, handed the earlier samples; each round says its session."""
+    opened: list[str] = []
+    priors: dict[str, Any] = {}
+
+    def ask(self: Entrant, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if "window" in msg:
+            return {"samples_ms": [[10.0 if self.label == "a" else 20.0]]}
+        if "prior" in msg:
+            priors[self.label] = msg["prior"]
+            return {"ok": True}
+        return {"status": "ok", "forward": summarize([10.0])}
+
+    monkeypatch.setattr(interleave, "_open", lambda e, timeout: opened.append(e.label))
+    monkeypatch.setattr(Entrant, "ask", ask)
+    rows = run_group([case("x"), case("y")], labels=["a", "b"], rounds=8)
+    assert opened == ["a", "b", "b", "a"] * 2
+    assert priors == {"a": [[10.0] * 6], "b": [[20.0] * 6]}  # the earlier sessions' windows, to the last worker
+    i = rows[1]["interleave"]
+    assert i["round_session"] == [0, 0, 1, 1, 2, 2, 3, 3] and i["ratio"] == pytest.approx(2.0)
+    assert [k for k in range(1, 5) if 12 % (2 * k) == 0][-1] == 3  # --rounds 12 by hand: 3 sessions of 4
+
+
+def test_a_steady_difference_between_sessions_widens_the_interval() -> None:
+    """Processes of one runtime 2% apart, changing sign from session to session: the A/A interval
+    over sessions contains 1; the same rounds taken as one series (blocks only) would give an
+    interval that misses it."""
+    rng = np.random.default_rng(1)
+    ratios = np.concatenate([m + rng.normal(0, 0.002, 4) for m in (0.98, 1.02, 1.01, 0.985)])
+    sessions = [k for k in range(4) for _ in range(4)]
+    r, lo, hi = interleave.median_ci(ratios, sessions=sessions)
+    assert lo < 1 < hi and 0.95 < lo and hi < 1.05
+    _, lo1, hi1 = interleave.median_ci(ratios[:4])  # one pair of processes, as before sessions
+    assert not lo1 < 1 < hi1

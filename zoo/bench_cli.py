@@ -20,7 +20,7 @@ from rich.text import Text
 from bench import env as benv
 from bench import interleave as interleaved
 from bench import results, sweep
-from bench.cases import PROTOCOLS, default_precisions
+from bench.cases import BF16_CPU_RUNTIMES, PROTOCOLS, default_precisions, without_default_bf16
 from convert.errors import ConvertError
 from convert.naming import printable
 
@@ -96,7 +96,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         device = "cpu" if gpu is None else f"cuda:{gpu}"
         kw = dict(models=models, all_=all_, protocol=protocol, layers=layers, device=device, mode=mode,
                   runtimes=runtimes or benchmark.default_runtimes(device, quick), seed=seed, quick=quick,
-                  precisions=precisions or default_precisions(device), layouts=layouts or ["nchw"],
+                  precisions=precisions or default_precisions(device, protocol, quick, here=False), layouts=layouts or ["nchw"],
                   batches=batches or [1])
         return bench_cluster(out, err, address=cluster, build_kw=kw, threads=threads, gpu=gpu, device=device,
                              accelerators=accelerators or [], all_accelerators=all_accelerators,
@@ -111,7 +111,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     if concurrency < 1:
         raise ConvertError(f"--concurrency must be at least 1, got {concurrency}")
     asked_rounds, rounds = rounds, rounds or (interleaved.QUICK_ROUNDS if quick else interleaved.ROUNDS)
-    precisions = precisions or default_precisions(device)
+    asked_precisions, precisions = precisions, precisions or default_precisions(device, protocol, quick)
     recorder = _resumed(out_file) if resume else None
     if not dry_run and not resume:
         _check_new(out_file)
@@ -131,12 +131,19 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
                               batches=batches or [1], mode=mode, threads=threads, seed=seed,
                               quick=quick, keep=keep, progress=prep, input_data=input_data)
     cases = [replace(c, concurrency=concurrency) for c in plan.cases] if concurrency > 1 else plan.cases
+    per_runtime, no_bf16 = len(cases) // max(len(runtimes), 1), 0
+    if not asked_precisions:  # a default bf16 on a CPU: for the runtimes that compute it
+        cases, no_bf16 = without_default_bf16(cases)
+        if no_bf16:
+            others = ", ".join(sorted(set(runtimes) - set(BF16_CPU_RUNTIMES)))
+            left_out = {**left_out, "bf16": f"{others} have no bf16 kernels on a CPU (bf16 is timed where "
+                                            "this CPU computes it: --precision bf16 plans them too)"}
     if budget:
         cases = sweep.fit_budget(cases, budget)
         rounds = asked_rounds or interleaved.fit_rounds(rounds, budget, cases)
     if dry_run:
         _dry_run(out, cases, device, threads, rounds if interleave and isolate else 0)
-        _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
+        _not_planned(out, left_out, per_runtime, no_bf16)
         return
     env = benv.capture(threads, gpu)
     path = out_file or benchmark.default_results_path(env)
@@ -174,7 +181,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
     out.print(summary_table(rows, out.width))
     for line in interleaved.describe(rows):
         out.print(printable(line, 400), highlight=False)
-    _not_planned(out, left_out, len(cases) // max(len(runtimes), 1))
+    _not_planned(out, left_out, per_runtime, no_bf16)
     out.print(f"results: {benchmark.relative(path)}", highlight=False)
 
 
@@ -188,10 +195,12 @@ def _check_interleave(runtimes: list[str], baseline: str | None, rounds: int | N
     return None if rounds is None else interleaved.even_rounds(rounds)
 
 
-def _not_planned(out: Console, left_out: dict[str, str], per_runtime: int) -> None:
-    """One line per default runtime left out here (every runtime would get the same cases)."""
+def _not_planned(out: Console, left_out: dict[str, str], per_runtime: int, no_bf16: int = 0) -> None:
+    """One line per default runtime left out here (every runtime would get the same cases), and one
+    for the default bf16 cases of the runtimes without bf16 on a CPU."""
     for rt, why in left_out.items():
-        out.print(f"{why}: {per_runtime} {rt} cases not planned", highlight=False)
+        n, what = (no_bf16, "") if rt == "bf16" else (per_runtime, f" {rt}")
+        out.print(f"{why}: {n}{what} cases not planned", highlight=False)
 
 
 _NAME = TextColumn("{task.description}", markup=False)  # model names are the user's text

@@ -128,7 +128,8 @@ def convert_cmd(
     seed: int = typer.Option(0, help="Seed of random weights and of the verification input."),
     verify: bool = typer.Option(True, help="Check the conversion numerically (default on)."),
     fold: bool = typer.Option(False, "--fold", help="Fold batch norms into the preceding convolution "
-                              "(model.py and model.onnx)."),
+                              "in model.py too (model.onnx always has them folded, as torch.onnx.export "
+                              "writes an eval-mode module)."),
     fp16: bool = typer.Option(False, "--fp16", help="Also write model.fp16.onnx (fp16 weights and compute, "
                               "float32 inputs/outputs), verified with the fp16 tolerance."),
     jobs: int = typer.Option(1, "--jobs", help="Convert N models at once, each in its own process."),
@@ -264,18 +265,18 @@ def bench_cmd(
     resume: bool = typer.Option(False, help="Continue the --out file: skip the cases it has."),
     dry_run: bool = typer.Option(False, help="List the cases and an estimated duration."),
     budget: float | None = typer.Option(None, help="Seconds for the whole sweep: iteration counts shrink to fit."),
-    quick: bool = typer.Option(False, help="AlexNet, GoogLeNet, ResNet-18 on torch, onnxruntime, opencv, 6 "
+    quick: bool = typer.Option(False, help="AlexNet, GoogLeNet, ResNet-18 on torch, onnxruntime, opencv, 8 "
                                            "rounds (about 4 minutes on a busy 2-core machine, converting included)."),
     threads: int | None = typer.Option(None, help="Threads for every runtime (default: physical cores)."),
     isolate: bool = typer.Option(True, help="Each case in a fresh process (default)."),
     interleave: bool = typer.Option(
-        True, help="The runtimes of one model/batch/precision/mode take turns in rounds, each in its own "
+        True, help="The runtimes and precisions of one model/batch/mode take turns in rounds, each in its own "
                    "long-lived process, and get a ratio to --baseline with a 95% interval (default; "
                    "--no-interleave: one case per process, one after the other)."),
     baseline: str | None = typer.Option(None, help="Interleaved: the runtime the others are divided by "
                                         "(default opencv where timed, else the first runtime)."),
     rounds: int | None = typer.Option(None, help="Interleaved: rounds of one 0.3 s window per runtime "
-                                      "(default 12; 6 with --quick; at least 6, rounded up to even)."),
+                                      "(default 16; 8 with --quick; at least 8, rounded up to a multiple of 8: four sessions)."),
     concurrency: int = typer.Option(1, help="Throughput mode: N inference requests in flight at once, N sessions "
                                     "of threads/N threads each (onnxruntime, openvino; others skipped)."),
     timeout: float = typer.Option(900.0, help="Seconds before a case is stopped (an error row)."),

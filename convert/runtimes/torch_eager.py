@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Runtime, register
+from .base import CannotRun, Runtime, register
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -79,11 +79,14 @@ class TorchEager(Runtime):
 
     def forward(self, i: int) -> None:
         xs = self.inputs[i % len(self.inputs)]
-        if self.training_mode:
-            out = self.net(*xs)
-        else:
-            with self.torch.inference_mode():
+        try:
+            if self.training_mode:
                 out = self.net(*xs)
+            else:
+                with self.torch.inference_mode():
+                    out = self.net(*xs)
+        except NotImplementedError as e:  # a kernel this build lacks for the dtype (bf16 LRN on a CPU)
+            raise CannotRun(f"PyTorch {self.dev.type} {self.case['precision']}: {str(e).splitlines()[0][:200]}") from None
         self.out = out if isinstance(out, tuple) else (out,)
 
     def backward(self, i: int) -> None:
