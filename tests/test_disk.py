@@ -81,23 +81,37 @@ def test_a_missing_caffemodel_is_written_again_identically_and_removed_after(mod
 
 def test_resume_converts_nothing_already_done(models: list[str], tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    run = ["bench", models[0], "--runtime", "torch", "--budget", "2", "--no-isolate", "--out", str(out)]
+    run = ["bench", models[0], "--runtime", "torch", "--precision", "fp32", "--budget", "2", "--no-isolate",
+           "--out", str(out)]
     assert CliRunner().invoke(app, run).exit_code == 0
     assert not Path("outputs/cache").exists() or not any(Path("outputs/cache").iterdir())  # removed after
-    r = CliRunner().invoke(app, ["bench", *models, "--runtime", "torch", "--budget", "2", "--no-isolate",
-                                 "--out", str(out), "--resume", "--keep"])
+    r = CliRunner().invoke(app, ["bench", *models, "--runtime", "torch", "--precision", "fp32", "--budget", "2",
+                                 "--no-isolate", "--out", str(out), "--resume", "--keep"])
     assert r.exit_code == 0, r.output
     assert not _art("first").exists() and _art("second").is_dir()  # first: done, so never converted again
     assert sorted(row["model"] for row in results.read(out)["rows"]) == ["first", "second"]
 
 
-def test_runtimes_that_cannot_run_here_are_one_line(models: list[str]) -> None:
+@pytest.mark.parametrize("bf16", [False, True])
+def test_runtimes_that_cannot_run_here_are_one_line(models: list[str], bf16: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """And on a CPU that computes bf16, its default bf16 cases go to the runtimes with bf16 kernels
+    (torch, openvino); the others are one line too."""
+    from bench import env
+
+    monkeypatch.setattr(env, "native_bf16", lambda: bf16)
     r = CliRunner().invoke(app, ["bench", *models, "--dry-run"])
     assert r.exit_code == 0, r.output
-    assert "TensorRT needs CUDA: 2 onnxruntime-trt cases not planned" in r.output
+    n = 4 if bf16 else 2
+    assert f"TensorRT needs CUDA: {n} onnxruntime-trt cases not planned" in r.output
+    line = "onnxruntime, opencv: no bf16 kernels on a CPU"
+    assert (f"{line} (bf16 is timed where this CPU computes it: --precision bf16 plans them too): 4 cases not "
+            "planned" in r.output) is bf16 and ("bf16" in r.output.split(line)[0]) is bf16
+    table = r.output.split(line)[0]
+    assert not any(f"{rt} " in row and "bf16" in row for row in table.splitlines() for rt in ("onnxruntime", "opencv"))
     assert "onnxruntime-trt" not in r.output.split("TensorRT needs CUDA")[0]  # no row of it
     r = CliRunner().invoke(app, ["bench", *models, "--dry-run", "--runtime", "onnxruntime-trt"])
-    assert r.exit_code == 0 and "not planned" not in r.output  # asked for: rows, each saying why
+    assert r.exit_code == 0 and "onnxruntime-trt cases not planned" not in r.output  # asked for: rows, each saying why
 
 
 def _zoo_dir(d: Path) -> Path:

@@ -309,3 +309,13 @@ def test_figure_text_with_dollars_is_drawn_as_text() -> None:
     ax.set_xticks([0], [plots.plain("net$\\frac$")])
     ax.set_title(plots.plain("a$b"))
     assert "net" in plots.svg_inline(fig)
+
+
+def test_the_summary_has_a_line_per_precision_against_the_fp32_baselines() -> None:
+    """A faster bf16 does not hide the fastest fp32; both are measured against OpenCV fp32."""
+    rows = [row("alexnet", "opencv", fwd=20.0), row("alexnet", "openvino", fwd=14.0),
+            row("alexnet", "openvino", precision="bf16", fwd=5.0, max_rel=0.04), row("alexnet", "torch", fwd=25.0)]
+    rs = [report.Run("p.json", validate({"schema_version": 1, "env": ENV, "rows": rows}))]
+    head, body = report.summary_table(report.all_rows(rs))
+    fastest, cv = head.index("fastest"), head.index("× OpenCV fp32")
+    assert [(b[fastest][0], round(b[cv][1], 2)) for b in body] == [("openvino fp32", 1.43), ("openvino bf16", 4.0)]

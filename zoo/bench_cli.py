@@ -136,7 +136,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
         cases, no_bf16 = without_default_bf16(cases)
         if no_bf16:
             others = ", ".join(sorted(set(runtimes) - set(BF16_CPU_RUNTIMES)))
-            left_out = {**left_out, "bf16": f"{others} have no bf16 kernels on a CPU (bf16 is timed where "
+            left_out = {**left_out, "bf16": f"{others}: no bf16 kernels on a CPU (bf16 is timed where "
                                             "this CPU computes it: --precision bf16 plans them too)"}
     if budget:
         cases = sweep.fit_budget(cases, budget)

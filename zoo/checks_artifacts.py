@@ -2,8 +2,10 @@
 
     python -m zoo.checks artifacts
 
-- ONNX node counts of ResNet-50, AlexNet and GoogLeNet (the zoo's prototxts), plain and with
-  ``--fold``: total, per op type, and Reshape/Unsqueeze nodes of a constant (should be 0).
+- ONNX node counts of ResNet-50, AlexNet and GoogLeNet (the zoo's prototxts): model.onnx as
+  written (conv + BN folded, convert/fuse.py) and, for comparison, the same graph with one
+  BatchNormalization per batch norm kept (what zoo wrote before folding by default): total, per
+  op type, and Reshape/Unsqueeze nodes of a constant (should be 0).
 - ResNet-50 converted and verified both ways (max relative error per backend).
 - Eager speed of ResNet-50's model.py against the same module with conv + BN folded by torch.fx
   (``torch.fx.experimental.optimization.fuse``), and of the ``--fold`` model.py against it, timed
@@ -29,6 +31,7 @@ import numpy as np
 
 from bench.interleave import median_ci
 from convert.api import convert, load
+from convert.fuse import folded
 from convert.onnx_emit import build_skeleton
 from convert.torch_emit import import_model
 
@@ -37,10 +40,11 @@ from .checks_common import OUT, ROOT
 MODELS = ("resnet50", "alexnet", "googlenet")
 
 
-def onnx_counts(name: str, fold: bool) -> dict[str, Any]:
-    """Node counts of the ONNX graph zoo writes for prototxt/<name>.prototxt."""
-    g = load(ROOT / "prototxt" / f"{name}.prototxt", seed=None, fold=fold).graph
-    model, weights, _ = build_skeleton(g)
+def onnx_counts(name: str, bn_kept: bool = False) -> dict[str, Any]:
+    """Node counts of the ONNX graph zoo writes for prototxt/<name>.prototxt (``bn_kept``: its batch
+    norms not folded)."""
+    g = load(ROOT / "prototxt" / f"{name}.prototxt", seed=None).graph
+    model, weights, _ = build_skeleton(g if bn_kept else folded(g))
     consts = set(weights)
     ops = Counter(n.op_type for n in model.graph.node)
     reshapes = sum(n.op_type in ("Reshape", "Unsqueeze") and n.input[0] in consts for n in model.graph.node)
@@ -99,11 +103,11 @@ def _verification(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def artifacts() -> dict[str, Any]:
-    result: dict[str, Any] = {"onnx": {m: {"plain": onnx_counts(m, False), "fold": onnx_counts(m, True)}
+    result: dict[str, Any] = {"onnx": {m: {"model.onnx": onnx_counts(m), "batchnorm_kept": onnx_counts(m, True)}
                                        for m in MODELS}}
     for m, d in result["onnx"].items():
-        print(f"{m}: ONNX nodes {d['plain']['nodes']} ({d['fold']['nodes']} with --fold), "
-              f"Reshape of a constant: {d['plain']['reshape_of_constant']}")
+        print(f"{m}: model.onnx {d['model.onnx']['nodes']} nodes ({d['batchnorm_kept']['nodes']} with the batch "
+              f"norms kept), Reshape of a constant: {d['model.onnx']['reshape_of_constant']}")
     tmp = Path(tempfile.mkdtemp(prefix="zoo-artifacts-"))
     try:
         src = ROOT / "prototxt" / "resnet50.prototxt"
