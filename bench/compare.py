@@ -160,8 +160,8 @@ def _ratio_line(case: tuple[Any, ...], ra: dict[str, Any], rb: dict[str, Any], f
     """B's interleaved ratio to the baseline over A's, when both runs have one to the same baseline
     (and this runtime is not that baseline); the step time (all phases) is what was interleaved."""
     ia, ib = ra.get("interleave") or {}, rb.get("interleave") or {}
-    base = ia.get("baseline")
-    if not base or base != ib.get("baseline") or base in (ia.get("label"), ib.get("label")):
+    base = _baseline(ra)
+    if not base or base != _baseline(rb) or ia.get("baseline") in (ia.get("label"), ib.get("label")):
         return None
     if not (ia.get("round_ratios") and ib.get("round_ratios")):
         return None
@@ -170,6 +170,17 @@ def _ratio_line(case: tuple[Any, ...], ra: dict[str, Any], rb: dict[str, Any], f
     part = "step" if ra.get("backward") else "forward"
     return Line(case, f"{part} / {base}", ia["ratio"], ib["ratio"], _iqr(ia["round_ratios"]),
                 _iqr(ib["round_ratios"]), r, lo, hi, floor, verdict(r, lo, hi, floor), base)
+
+
+def _baseline(row: dict[str, Any]) -> str | None:
+    """The interleaved baseline with its precision: files written before sessions (no
+    round_session) timed each precision apart, their "torch" meaning torch at the row's precision;
+    since then a bare name is fp32 ("torch bf16" otherwise)."""
+    i = row.get("interleave") or {}
+    base = i.get("baseline")
+    if base and not i.get("round_session") and row.get("precision", "fp32") != "fp32":
+        return f"{base} {row['precision']}"
+    return base
 
 
 def _iqr(v: list[float]) -> float:

@@ -89,7 +89,7 @@ def serve(commands: IO[str], answer: Callable[[dict[str, Any]], None]) -> None:
         rt, phases, inputs, load_s = opened
         policy = Policy(**case["policy"])
         t = start(phases, rt.sync, policy)
-        answer({"ready": True, "load_s": load_s, "warmup_iters": t.warmup_iters})
+        answer({"ready": True, "load_s": load_s, "warmup_iters": t.warmup_iters, "load_start": case.get("_load_start")})
         step = t.warmup_iters + 1
         for line in commands:
             cmd = json.loads(line)
@@ -99,9 +99,11 @@ def serve(commands: IO[str], answer: Callable[[dict[str, Any]], None]) -> None:
                 for p, s in enumerate(got):
                     t.samples_ms[p].extend(s)
                 answer({"samples_ms": got})
-            elif "prior" in cmd:
+            elif "prior" in cmd:  # the earlier sessions: their samples, the first one's load and load record
                 for p, s in enumerate(cmd["prior"]):
                     t.samples_ms[p].extend(float(x) for x in s)
+                load_s = float(cmd.get("load_s") or load_s)
+                case["_load_start"] = cmd.get("load_start") or case.get("_load_start")
                 answer({"ok": True})
             elif cmd.get("finish"):
                 t.stable = settled(t.samples_ms[0], policy.stable_tol)
@@ -141,6 +143,7 @@ class Entrant:
     round_ms: list[float] = field(default_factory=list)  # median step time per round
     round_session: list[int] = field(default_factory=list)  # the session of each of those rounds
     samples: list[list[float]] = field(default_factory=list)  # every window's samples, per phase
+    first: dict[str, Any] = field(default_factory=dict)  # the first session's ready answer
 
     def ask(self, msg: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
         assert self.proc and self.proc.stdin and self.proc.stdout
@@ -205,14 +208,18 @@ def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: fl
     """Time ``cases`` (one model, several runtimes, or one runtime entered twice with ``labels``)
     interleaved; returns their rows in the same order."""
     ents = [Entrant(lb, c) for lb, c in zip(labels or [label(c) for c in cases], cases)]
-    sessions = max(k for k in range(1, SESSIONS + 1) if rounds % (2 * k) == 0 or k == 1)  # even rounds in each
+    # on a CPU (the measured effect is the host's memory; a GPU worker's CUDA context and engines
+    # are not opened four times): SESSIONS, when each gets an even count of rounds
+    cpu = all(c["device"] == "cpu" for c in cases)
+    sessions = SESSIONS if cpu and rounds % (2 * SESSIONS) == 0 else 1
     try:
         for s in range(sessions):
             for e in (ents if s % 2 == 0 else ents[::-1]):  # one at a time: a loading worker does
                 if e.row is None:                           # not disturb another's warm-up
                     _open(e, timeout_s)
                 if e.row is None and e.samples:
-                    _call(e, {"prior": e.samples}, timeout_s)
+                    _call(e, {"prior": e.samples, "load_s": e.first.get("load_s"),
+                              "load_start": e.first.get("load_start")}, timeout_s)
             for r in range(s * rounds // sessions, (s + 1) * rounds // sessions):
                 for e in order([e for e in ents if e.row is None], r):
                     got = _call(e, {"window": window_s}, timeout_s)
@@ -264,7 +271,9 @@ def _open(e: Entrant, timeout: float) -> None:
     e.proc = subprocess.Popen([sys.executable, "-m", "bench.interleave"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=e.stderr, bufsize=0,
                               env=child_env({**os.environ, **case_env(e.case)}))
-    _call(e, e.case, timeout)
+    ready = _call(e, e.case, timeout)
+    if ready and not e.first:
+        e.first = ready
 
 
 # ---- the statistics -----------------------------------------------------------------------
@@ -342,7 +351,8 @@ def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | No
     timed = [e for e in ents if e.row and e.row.get("status") in TIMED and len(e.round_ms) == rounds]
     if not timed:
         return
-    base = next((e for e in timed if e.label == baseline), None) or \
+    named = [e for e in timed if baseline is not None and baseline in (e.label, e.case.get("runtime"))]  # (--baseline torch: "torch bf16")
+    base = next((e for e in named if e.label == baseline), named[0] if named else None) or \
         next((e for e in timed if e.label == "opencv"), timed[0])
     for e in timed:
         ratios = [a / b for a, b in zip(e.round_ms, base.round_ms)]
@@ -353,7 +363,7 @@ def attach(ents: list[Entrant], rounds: int, window_s: float, baseline: str | No
             "entrants": [x.label for x in timed], "label": e.label, "baseline": base.label,
             "round_ms": [round(x, 6) for x in e.round_ms], "round_ratios": [round(x, 6) for x in ratios],
             "round_session": e.round_session, "ratio": r, "ratio_ci": [lo, hi]}
-        if baseline is not None and base.label != baseline:
+        if baseline is not None and baseline not in (base.label, base.case.get("runtime")):
             e.row["interleave"]["baseline_asked"] = baseline
 
 
@@ -391,14 +401,17 @@ SPLIT = ("runtime", "precision")  # what the entrants of one group differ in
 
 
 def group_key(case: Case) -> tuple[Any, ...]:
-    """What the entrants of one interleaved group share: the case without its runtime and precision
-    (a bf16 entrant takes turns with the fp32 ones, so its ratio to OpenCV fp32 has an interval)."""
+    """What the entrants of one interleaved group share: the case without its runtime, and on a CPU
+    without its precision (a bf16 entrant takes turns with the fp32 ones, so its ratio to OpenCV
+    fp32 has an interval; on a GPU each precision keeps its group, as its workers all hold the
+    device at once)."""
     k = key(case.to_dict())
-    return tuple(v for f, v in zip(KEY, k) if f not in SPLIT)
+    split = {KEY.index(f) for f in (SPLIT if case.device == "cpu" else ("runtime",))}
+    return tuple(v for i, v in enumerate(k) if i not in split)
 
 
 def in_turns(cases: list[Case]) -> set[int]:
-    """The ids of the cases that take turns: those sharing a group with another runtime, unless
+    """The ids of the cases that take turns: those sharing a group with another entrant, unless
     their protocol fixes its own count of samples (the seeds' protocols are reproduced as they were)."""
     groups: dict[tuple[Any, ...], list[Case]] = {}
     for c in cases:

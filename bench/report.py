@@ -185,7 +185,7 @@ def case_table(rows: list[Row], multi_run: bool) -> tuple[list[str], list[list[C
 
 def fmt_interleaved(r: Row) -> Cell:
     """Speed against the interleaved baseline: '1.61× [1.55, 1.66] opencv' (the baseline's time over
-    this runtime's, per round; the 95% interval over rounds), or '-'."""
+    this runtime's; the 95% interval over sessions, or over rounds in older files), or '-'."""
     i = r.get("interleave") or {}
     if not i.get("ratio") or i.get("label") == i.get("baseline"):
         return "-", None
@@ -282,8 +282,10 @@ def _turns(ref: Row, best: Row) -> tuple[list[float], list[int] | None]:
     """ref's time over best's, round by round, when the two took turns in one interleaved group,
     and each round's session (None in results written before sessions)."""
     a, b = ref.get("interleave") or {}, best.get("interleave") or {}
+    # precisions take turns in one group since sessions came in (2026-12); before, each had its own
+    fields = ("model", "device", *OPTIONAL) + (() if a.get("round_session") and b.get("round_session") else ("precision",))
     same = a.get("order") and a.get("order") == b.get("order") and ref.get("run") == best.get("run") and \
-        all(ref.get(k) == best.get(k) for k in ("model", "device", *OPTIONAL))  # (precisions take turns too)
+        all(ref.get(k) == best.get(k) for k in fields)
     if not same or a.get("label") == b.get("label") or len(a.get("round_ms", [])) != len(b.get("round_ms", [])):
         return [], None
     return [x / y for x, y in zip(a["round_ms"], b["round_ms"])], a.get("round_session")

@@ -21,9 +21,10 @@ Schema (version 1) — a row:
       quiet (bool), quiet_reason (when not quiet); gemm_peak_tflops: {run, next_to_case}
   input_shapes, seconds (wall time of the case), finished (ISO time)
   interleave (timed in turns with other runtimes, bench/interleave.py): {rounds, window_s, order,
-      entrants, label, baseline, round_ms, round_ratios, round_session (from 2026-12), ratio (median
-      over rounds of this runtime's time over the baseline's), ratio_ci (95% bootstrap over sessions
-      and rounds)}
+      entrants, label ("runtime", or "runtime precision" unless fp32), baseline (a label), round_ms,
+      round_ratios, round_session (from 2026-12), ratio (this runtime's time over the baseline's:
+      the geometric mean of the sessions' median ratios; before sessions, the median over rounds),
+      ratio_ci (95%: a t interval over sessions; before sessions, a block bootstrap over rounds)}
   concurrency: requests in flight at once (only when above 1; it makes another case)
 """
 

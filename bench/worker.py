@@ -208,8 +208,9 @@ def isolated(case: dict[str, Any], timeout_s: float) -> dict[str, Any]:
 
 def case_env(case: dict[str, Any]) -> dict[str, str]:
     """What a case's worker process gets added to its environment (isolated and interleaved alike)."""
+    tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t and not t.startswith("glibc.malloc.hugetlb=")]
     return {"OMP_NUM_THREADS": str(case["threads"]), "MKL_NUM_THREADS": str(case["threads"]), **PASSIVE,
-            **HUGE_PAGES}
+            "GLIBC_TUNABLES": ":".join(tunables + [HUGE_PAGES["GLIBC_TUNABLES"]])}  # (the user's others kept)
 
 
 def _error(case: dict[str, Any], reason: str, started: float) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def write(g: Graph, dest: Path, extra: Callable[[Path], None] | None = None,
         write_seconds = time.perf_counter() - started
         report = verify_sizes(g, tmp, opencv_factory(tmp) if opencv_factory else None, known_opencv) \
             if check else {"status": "unverified"}
-        info = summary(g, report, write_seconds) | {"fold": fold}
+        info = summary(g, report, write_seconds) | {"fold": fold, "onnx_folded": True}
         finish(g, tmp, info, fp16)  # metadata (source, fingerprint, verification) into the ONNX
         (tmp / "convert.json").write_text(dump_json(info))
         tmp.chmod(0o755)

@@ -10,7 +10,8 @@ knows its own formula; the walkers know nothing about any op.
 Naming: values (tensors flowing between nodes) keep the source framework's names where they are
 unique, weights are named ``<attr>.<role>`` where ``attr`` is the node's module attribute in the
 generated PyTorch code. The same weight names are the safetensors keys, the PyTorch state_dict
-keys and the ONNX initializer names.
+keys and the ONNX initializer names (in model.onnx a convolution with a batch norm folded into it
+holds the folded values under the convolution's names, and the batch norm's are gone).
 """
 
 from __future__ import annotations

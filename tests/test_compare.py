@@ -265,3 +265,13 @@ def test_interleaved_ratios_are_compared_with_a_block_bootstrap() -> None:
     b = doc(interleaved(base(), "opencv", np.ones(12)), interleaved(base() * 0.6, "torch", steps[::-1] * 0.6))
     ln = next(ln for ln in cmp.compare(a, b).lines if ln.baseline)
     assert (ln.ratio, ln.lo, ln.hi) == interleave.ratio_ci(steps * 0.6, steps[::-1] * 0.6)
+
+
+def test_an_old_non_fp32_baseline_is_not_taken_for_todays_fp32_one() -> None:
+    """Before sessions, "torch" in an fp16 group meant torch fp16; since then it means torch fp32."""
+    from bench.compare import _baseline
+
+    old = {"precision": "fp16", "interleave": {"baseline": "torch"}}
+    new = {"precision": "fp16", "interleave": {"baseline": "torch", "round_session": [0, 1]}}
+    assert _baseline(old) == "torch fp16" and _baseline(new) == "torch"
+    assert _baseline({"precision": "fp32", "interleave": {"baseline": "opencv"}}) == "opencv"

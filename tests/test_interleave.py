@@ -333,3 +333,15 @@ def test_a_steady_difference_between_sessions_widens_the_interval() -> None:
     assert lo < 1 < hi and 0.95 < lo and hi < 1.05
     _, lo1, hi1 = interleave.median_ci(ratios[:4])  # one pair of processes, as before sessions
     assert not lo1 < 1 < hi1
+
+
+def test_rows_from_before_sessions_pair_only_within_a_precision() -> None:
+    """Before sessions each precision had its own group, all with the same bare labels: such rows of
+    two precisions never took turns, and are not paired round by round."""
+    def r(prec: str, session: bool) -> dict[str, Any]:
+        i = {"order": ["torch", "opencv"], "label": "torch", "round_ms": [1.0, 2.0]}
+        return {"model": "m", "device": "cpu", "precision": prec, "run": "x",
+                "interleave": {**i, "round_session": [0, 1]} if session else i}
+
+    assert report._turns(r("fp32", False), r("fp16", False)) == ([], None)
+    assert report._turns(r("fp32", True), r("fp16", True))[0] == [1.0, 1.0]

@@ -132,7 +132,8 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
                               quick=quick, keep=keep, progress=prep, input_data=input_data)
     cases = [replace(c, concurrency=concurrency) for c in plan.cases] if concurrency > 1 else plan.cases
     per_runtime, no_bf16 = len(cases) // max(len(runtimes), 1), 0
-    if not asked_precisions:  # a default bf16 on a CPU: for the runtimes that compute it
+    if not asked_precisions and "bf16" in precisions and device == "cpu":  # for the runtimes that compute it
+        per_runtime //= len(precisions)  # the left-out runtimes' lines count one precision
         cases, no_bf16 = without_default_bf16(cases)
         if no_bf16:
             others = ", ".join(sorted(set(runtimes) - set(BF16_CPU_RUNTIMES)))
@@ -186,7 +187,7 @@ def run_bench(out: Console, err: Console, *, models: list[str], all_: bool, gpu:
 
 
 def _check_interleave(runtimes: list[str], baseline: str | None, rounds: int | None) -> int | None:
-    """The options checked (exit 2 on a bad one); --rounds rounded up to an even count."""
+    """The options checked (exit 2 on a bad one); --rounds rounded up (interleave.even_rounds)."""
     if baseline is not None and baseline not in runtimes:
         raise ConvertError(f"--baseline {baseline!r} is not one of the runtimes timed ({', '.join(runtimes)})")
     if rounds is not None and rounds < interleaved.MIN_ROUNDS:

@@ -110,14 +110,15 @@ def strip_ops(g: Graph, kinds: tuple[str, ...]) -> Graph:
 
 def _fresh(art: Path, source: Path, shapes: dict[str, list[int]], seed: int) -> dict[str, Any] | None:
     """convert.json of a cached artifact if it still matches the source, shapes and seed, and is the plain
-    conversion bench makes: seeded random weights, no --fold (a convert.json without "fold" predates it)."""
+    conversion bench makes: seeded random weights, no --fold (a convert.json without "fold" predates it),
+    model.onnx folded (one without "onnx_folded" has its batch norms apart: converted before 2026-12-01)."""
     try:
         info = json.loads((art / "convert.json").read_text())
     except (OSError, ValueError):
         return None
     same = (info.get("source_fingerprint") == artifacts.fingerprint(str(source.resolve()))
             and info.get("zoo_version") == __version__ and info.get("seed") == seed
-            and info.get("fold") is False and info.get("weights") == "random (seeded)"
+            and info.get("fold") is False and info.get("onnx_folded") is True and info.get("weights") == "random (seeded)"
             and info.get("weights_fingerprint") is None
             and all(info["inputs"].get(k) == list(v) for k, v in shapes.items()))
     return info if same else None

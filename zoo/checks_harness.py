@@ -76,7 +76,7 @@ def aa_failure(a: dict[str, Any], b: dict[str, Any], first: str) -> str | None:
 def sweep_ratios(out: Path) -> dict[str, Any]:
     """One ``zoo bench`` invocation (a fresh process, the default rounds): each runtime's interleaved
     ratio to OpenCV."""
-    args = [sys.executable, "-m", "zoo.cli", "bench", REPEAT_MODEL, "--keep", "--out", str(out)]
+    args = [sys.executable, "-m", "zoo.cli", "bench", REPEAT_MODEL, "--precision", "fp32", "--keep", "--out", str(out)]
     for rt in REPEAT_RUNTIMES:
         args += ["--runtime", rt]
     p = subprocess.run(args, capture_output=True, text=True, timeout=1800)

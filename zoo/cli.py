@@ -341,7 +341,7 @@ def compare_cmd(
     any_runtime: bool = typer.Option(False, "--any-runtime",
                                      help="Match cases whatever their runtime (e.g. a Torch7 file against PyTorch)."),
 ) -> None:
-    """Compare two runs case by case: ratio of medians B/A with a 95% bootstrap interval, a verdict."""
+    """Compare two runs case by case: ratio of medians B/A with a 95% interval, a verdict."""
     from bench import compare as cmp
     from bench.history import read_any
     from bench.report import fmt_ms
