@@ -339,7 +339,8 @@ def test_rows_from_before_sessions_pair_only_within_a_precision() -> None:
     """Before sessions each precision had its own group, all with the same bare labels: such rows of
     two precisions never took turns, and are not paired round by round."""
     def r(prec: str, session: bool) -> dict[str, Any]:
-        i = {"order": ["torch", "opencv"], "label": "torch", "round_ms": [1.0, 2.0]}
+        label = "torch" if prec == "fp32" or not session else f"torch {prec}"
+        i = {"order": ["torch", "opencv"], "label": label, "round_ms": [1.0, 2.0]}
         return {"model": "m", "device": "cpu", "precision": prec, "run": "x",
                 "interleave": {**i, "round_session": [0, 1]} if session else i}
 
