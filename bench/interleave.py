@@ -59,13 +59,14 @@ from convert.runtimes import CannotRun
 
 from .cases import Case
 from .results import KEY, Recorder, key
-from .sweep import STARTUP_S, Progress, run_one, skip_row
+from .sweep import SESSIONS, STARTUP_S, Progress, run_one, skip_row
 from .timing import Policy, settled, start, window
 from .worker import base_row, case_env, error_row, finish_row, open_case
 
 ROUNDS = 16
 QUICK_ROUNDS = 8
-SESSIONS = 4  # fresh processes per entrant, opened in alternating orders (see the module's docstring)
+# SESSIONS (bench/sweep.py, for its estimates): fresh processes per entrant, opened in alternating
+# orders (see the module's docstring)
 MIN_ROUNDS = 2 * SESSIONS  # each session an order and its reverse
 # the 97.5% quantile of Student's t by degrees of freedom (sessions - 1)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}

@@ -76,6 +76,7 @@ def gemm_peak(device: str, precision: str, threads: int, isolate: bool = True) -
     return {"n": n, "tflops": None, "reason": row.get("reason")}
 
 
+SESSIONS = 4  # interleaved on a CPU: each entrant's workers opened this many times (bench/interleave.py)
 EFFICIENCY = 0.5  # of the GEMM rate, for estimates: the CPU runs measured 20-130% (batch 1 to 128)
 
 
@@ -89,9 +90,11 @@ def estimate(case: Case, device_tflops: float, rounds: int = 0, window_s: float 
         return STARTUP_S + (1 + p.dry + p.fixed * p.calls) * per_iter
     warm = max(p.warmup_s, p.warmup_iters * per_iter)
     meas = min(max(p.min_s, p.min_iters * per_iter), p.max_s)
+    starts = 1
     if rounds:
         meas = rounds * (max(window_s, per_iter) + per_iter)
-    return STARTUP_S + warm + meas + 2 * per_iter
+        starts = SESSIONS if case.device == "cpu" and rounds % (2 * SESSIONS) == 0 else 1  # fresh workers each
+    return starts * (STARTUP_S + warm) + meas + 2 * per_iter
 
 
 def fit_budget(cases: list[Case], budget_s: float) -> list[Case]:

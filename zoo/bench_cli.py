@@ -315,7 +315,7 @@ def _dry_run(out: Console, cases: list[Any], device: str, threads: int, rounds: 
     out.print(f"{n} cases to time{f' ({len(cases) - n} more to be skipped)' if n < len(cases) else ''}"
               f"{f', {len(turns)} of them in turns ({rounds} rounds)' if turns else ''}, about {total / 60:.1f} "
               f"minutes (rough: {sweep.EFFICIENCY:.0%} of the {source} fp32 GEMM rate, {rate:.3g} TFLOP/s, plus "
-              f"{sweep.STARTUP_S:.0f} s start-up per case)", highlight=False)
+              f"{sweep.STARTUP_S:.0f} s start-up per case and interleaved session)", highlight=False)
 
 
 def _dry_skip(case: Any) -> str | None:
