@@ -10,6 +10,7 @@
     python -m zoo.checks list [--regenerate]  # zoo list: time and peak RSS cold/warm; or rewrite zoo/zoo-list.json
     python -m zoo.checks artifacts         # ONNX node counts, eager model.py vs fx-folded (zoo/checks_artifacts.py)
     python -m zoo.checks threads           # each runtime's thread settings, machine as is and one core busy
+    python -m zoo.checks roofline          # fp32 floor of AlexNet/VGG-16 at batch 1 vs OpenCV (zoo/checks_roofline.py)
     python -m zoo.checks gpu [--minutes 8] [--dry-run]  # the zoo on one CUDA device (zoo/checks_gpu.py)
 
 Results are printed and written as JSON under outputs/checks/.
@@ -186,6 +187,9 @@ def main(argv: list[str]) -> None:
     from .checks_artifacts import artifacts
 
     checks["artifacts"] = artifacts
+    from .checks_roofline import roofline  # the fp32 floor of AlexNet and VGG-16 at batch 1
+
+    checks["roofline"] = roofline
     from .checks_threads import threads  # how each runtime's threads must be set on a busy machine
 
     checks["threads"] = threads
