@@ -59,7 +59,7 @@ from convert.runtimes import CannotRun
 
 from .cases import Case
 from .results import KEY, Recorder, key
-from .sweep import SESSIONS, STARTUP_S, Progress, run_one, skip_row
+from .sweep import SESSIONS, STARTUP_S, Progress, run_one, sessions, skip_row
 from .timing import Policy, settled, start, window
 from .worker import base_row, case_env, error_row, finish_row, open_case
 
@@ -209,30 +209,28 @@ def run_group(cases: list[dict[str, Any]], *, rounds: int = ROUNDS, window_s: fl
     """Time ``cases`` (one model, several runtimes, or one runtime entered twice with ``labels``)
     interleaved; returns their rows in the same order."""
     ents = [Entrant(lb, c) for lb, c in zip(labels or [label(c) for c in cases], cases)]
-    # on a CPU (the measured effect is the host's memory; a GPU worker's CUDA context and engines
-    # are not opened four times): SESSIONS, when each gets an even count of rounds
-    cpu = all(c["device"] == "cpu" for c in cases)
-    sessions = SESSIONS if cpu and rounds % (2 * SESSIONS) == 0 else 1
+    n_sessions = sessions(all(c["device"] == "cpu" for c in cases), rounds)
     try:
-        for s in range(sessions):
+        for s in range(n_sessions):
             for e in (ents if s % 2 == 0 else ents[::-1]):  # one at a time: a loading worker does
                 if e.row is None:                           # not disturb another's warm-up
                     _open(e, timeout_s)
                 if e.row is None and e.samples:
                     _call(e, {"prior": e.samples, "load_s": e.first.get("load_s"),
                               "load_start": e.first.get("load_start")}, timeout_s)
-            for r in range(s * rounds // sessions, (s + 1) * rounds // sessions):
+            for r in range(s * rounds // n_sessions, (s + 1) * rounds // n_sessions):
                 for e in order([e for e in ents if e.row is None], r):
                     got = _call(e, {"window": window_s}, timeout_s)
                     if got:  # the median step (the phases summed) of this round
                         steps = np.asarray(got["samples_ms"], np.float64)
                         e.round_ms.append(float(np.median(np.sum(steps, axis=0))))
                         e.round_session.append(s)
-                        e.samples = [a + list(b) for a, b in zip(e.samples, got["samples_ms"])] if e.samples \
-                            else [list(b) for b in got["samples_ms"]]
+                        e.samples = e.samples or [[] for _ in got["samples_ms"]]
+                        for kept, new in zip(e.samples, got["samples_ms"]):
+                            kept.extend(new)
                 if on_round:
                     on_round(r + 1, rounds)
-            if s < sessions - 1:
+            if s < n_sessions - 1:
                 for e in ents:
                     e.stop()  # (its samples go to the next session's worker)
         for e in ents:

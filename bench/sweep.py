@@ -77,6 +77,12 @@ def gemm_peak(device: str, precision: str, threads: int, isolate: bool = True) -
 
 
 SESSIONS = 4  # interleaved on a CPU: each entrant's workers opened this many times (bench/interleave.py)
+def sessions(cpu: bool, rounds: int) -> int:
+    """Interleaved sessions of a group: SESSIONS on a CPU when each gets an even count of rounds,
+    else one (a GPU worker's CUDA context and engines are not opened four times)."""
+    return SESSIONS if cpu and rounds % (2 * SESSIONS) == 0 else 1
+
+
 EFFICIENCY = 0.5  # of the GEMM rate, for estimates: the CPU runs measured 20-130% (batch 1 to 128)
 
 
@@ -93,7 +99,7 @@ def estimate(case: Case, device_tflops: float, rounds: int = 0, window_s: float 
     starts = 1
     if rounds:
         meas = rounds * (max(window_s, per_iter) + per_iter)
-        starts = SESSIONS if case.device == "cpu" and rounds % (2 * SESSIONS) == 0 else 1  # fresh workers each
+        starts = sessions(case.device == "cpu", rounds)  # fresh workers each
     return starts * (STARTUP_S + warm) + meas + 2 * per_iter
 
 

@@ -308,7 +308,7 @@ def test_sessions_open_fresh_processes_in_alternating_orders(monkeypatch: pytest
         if "window" in msg:
             return {"samples_ms": [[10.0 if self.label == "a" else 20.0]]}
         if "prior" in msg:
-            priors[self.label] = msg["prior"]
+            priors[self.label] = json.loads(json.dumps(msg["prior"]))  # as sent down the pipe, then
             return {"ok": True}
         return {"status": "ok", "forward": summarize([10.0])}
 
